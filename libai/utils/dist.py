@@ -1,0 +1,115 @@
+"""Thin helpers over ``torch.distributed`` that are no-ops in a single process.
+
+A run is distributed when it was launched by ``torchrun`` (``WORLD_SIZE`` > 1 in the environment)
+and :func:`init_dist` was called, or when the caller set up the process group itself.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "launched_by_torchrun",
+    "init_dist",
+    "is_distributed",
+    "get_rank",
+    "get_world_size",
+    "get_local_rank",
+    "is_main_process",
+    "barrier",
+    "all_reduce_mean",
+    "all_gather_object",
+    "broadcast_object",
+    "destroy_dist",
+]
+
+
+def launched_by_torchrun() -> bool:
+    """True when the environment variables of ``torchrun`` ask for more than one process."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
+
+
+def init_dist(backend: str | None = None, timeout_s: int = 1800) -> None:
+    """Initialise the default process group from torchrun's environment variables.
+
+    Args:
+        backend: "gloo" or "nccl". Defaults to nccl when CUDA is available, gloo otherwise.
+        timeout_s: Collective timeout. Defaults to 1800 seconds.
+    """
+    if is_distributed():
+        return
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(get_local_rank())
+    dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def destroy_dist() -> None:
+    if is_distributed():
+        dist.destroy_process_group()
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def get_rank() -> int:
+    return dist.get_rank() if is_distributed() else 0
+
+
+def get_world_size() -> int:
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def get_local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def is_main_process() -> bool:
+    return get_rank() == 0
+
+
+def barrier() -> None:
+    if is_distributed():
+        dist.barrier()
+
+
+def _comm_device() -> torch.device:
+    if is_distributed() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_reduce_mean(values: dict[str, float]) -> dict[str, float]:
+    """Average a dict of floats over all ranks (one collective for the whole dict)."""
+    if not is_distributed() or not values:
+        return dict(values)
+    keys = sorted(values)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=_comm_device())
+    dist.all_reduce(t)
+    t /= get_world_size()
+    return dict(zip(keys, t.tolist()))
+
+
+def all_gather_object(obj: Any) -> list[Any]:
+    """Gather a picklable object from every rank; returns a list indexed by rank."""
+    if not is_distributed():
+        return [obj]
+    out: list[Any] = [None] * get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """Send ``obj`` from rank ``src`` to every rank and return it."""
+    if not is_distributed():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]

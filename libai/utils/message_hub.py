@@ -1,0 +1,94 @@
+"""MessageHub: the runner's store of logged scalars and runtime facts.
+
+Scalars keep a bounded history (a ring buffer) so that logging cost does not grow with the
+iteration count. Hooks write with ``update_scalar``/``update_info`` and read smoothed values with
+``mean``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+__all__ = ["MessageHub"]
+
+
+class _History:
+    __slots__ = ("values", "counts", "last_step")
+
+    def __init__(self, maxlen: int) -> None:
+        self.values: deque[float] = deque(maxlen=maxlen)
+        self.counts: deque[int] = deque(maxlen=maxlen)
+        self.last_step: int = -1
+
+
+class MessageHub:
+    """Scalars with bounded history and a dict of runtime info.
+
+    Args:
+        max_history: Values kept per scalar. Defaults to 1000.
+    """
+
+    def __init__(self, max_history: int = 1000) -> None:
+        self.max_history = max_history
+        self._scalars: dict[str, _History] = {}
+        self.info: dict[str, Any] = {}
+
+    def update_scalar(self, name: str, value: float, count: int = 1, step: int = -1) -> None:
+        """Record ``value`` (a Python number; convert tensors once, where they are produced)."""
+        h = self._scalars.get(name)
+        if h is None:
+            h = self._scalars[name] = _History(self.max_history)
+        h.values.append(float(value))
+        h.counts.append(count)
+        h.last_step = step
+
+    def update_scalars(self, values: dict[str, float], step: int = -1) -> None:
+        for k, v in values.items():
+            self.update_scalar(k, v, step=step)
+
+    def has(self, name: str) -> bool:
+        return name in self._scalars
+
+    def latest(self, name: str) -> float:
+        return self._scalars[name].values[-1]
+
+    def mean(self, name: str, window: int | None = None) -> float:
+        """Count-weighted mean of the last ``window`` values (all kept values if None)."""
+        h = self._scalars[name]
+        n = len(h.values) if window is None else min(window, len(h.values))
+        if n == 0:
+            raise ValueError(f"scalar '{name}' has no values")
+        vals = list(h.values)[-n:]
+        cnts = list(h.counts)[-n:]
+        return sum(v * c for v, c in zip(vals, cnts)) / sum(cnts)
+
+    def last_step(self, name: str) -> int:
+        return self._scalars[name].last_step
+
+    def scalar_names(self) -> list[str]:
+        return list(self._scalars)
+
+    def update_info(self, key: str, value: Any) -> None:
+        self.info[key] = value
+
+    def get_info(self, key: str, default: Any = None) -> Any:
+        return self.info.get(key, default)
+
+    def state_dict(self) -> dict:
+        return {
+            "scalars": {
+                k: {"values": list(h.values), "counts": list(h.counts), "last_step": h.last_step}
+                for k, h in self._scalars.items()
+            },
+            "info": {k: v for k, v in self.info.items() if isinstance(v, (int, float, str, bool))},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self._scalars.clear()
+        for k, s in state.get("scalars", {}).items():
+            h = self._scalars[k] = _History(self.max_history)
+            h.values.extend(s["values"])
+            h.counts.extend(s["counts"])
+            h.last_step = s["last_step"]
+        self.info.update(state.get("info", {}))

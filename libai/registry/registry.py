@@ -16,8 +16,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import threading
-from collections.abc import Mapping
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from libai.utils.errors import BuildError, RegistryError
 from libai.utils.suggest import did_you_mean

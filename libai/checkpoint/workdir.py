@@ -1,0 +1,197 @@
+"""Checkpoints inside a work dir: the ``latest_checkpoint`` pointer, listing, resuming, pruning.
+
+``<work_dir>/latest_checkpoint`` is a one-line text file holding the checkpoint's name relative to
+``work_dir``. It is replaced atomically and only after the checkpoint and its manifest are
+complete, so it never names an unfinished file. :func:`find_resumable` still checks the file it
+names and falls back to the newest checkpoint that verifies, because files can be damaged or
+deleted after the fact.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from libai.utils import dist
+from libai.utils.errors import CheckpointError
+
+from ._fs import atomic_write, describe_os_error
+from .io import CHECKPOINT_SUFFIXES
+from .manifest import is_complete, manifest_path, read_manifest, verify_checkpoint
+
+__all__ = [
+    "LATEST_NAME",
+    "update_latest",
+    "read_latest",
+    "find_resumable",
+    "list_checkpoints",
+    "remove_checkpoint",
+]
+
+LATEST_NAME = "latest_checkpoint"
+_logger = logging.getLogger("libai.checkpoint")
+
+
+def update_latest(work_dir: str | os.PathLike, ckpt_path: str | os.PathLike) -> Path:
+    """Point ``<work_dir>/latest_checkpoint`` at ``ckpt_path`` (atomic replace).
+
+    Args:
+        work_dir: The run's work dir.
+        ckpt_path: A checkpoint whose manifest has been written.
+
+    Returns:
+        The pointer file.
+
+    Raises:
+        CheckpointError: ``ckpt_path`` has no valid manifest or does not match its size (the
+            pointer must never name an unfinished checkpoint), or the pointer cannot be written.
+    """
+    work_dir, ckpt_path = Path(work_dir), Path(ckpt_path)
+    try:
+        verify_checkpoint(ckpt_path, check_sha256=False)
+    except CheckpointError as e:
+        raise CheckpointError(f"Refusing to point {LATEST_NAME} at '{ckpt_path}': {e}") from e
+    rel = os.path.relpath(ckpt_path.resolve(), work_dir.resolve())
+    pointer = work_dir / LATEST_NAME
+    atomic_write(pointer, lambda f: f.write((rel + "\n").encode("utf-8")))
+    return pointer
+
+
+def read_latest(work_dir: str | os.PathLike) -> Path | None:
+    """The checkpoint ``<work_dir>/latest_checkpoint`` names (unchecked), or None without one.
+
+    Raises:
+        CheckpointError: The pointer exists but cannot be read or is empty.
+    """
+    pointer = Path(work_dir) / LATEST_NAME
+    try:
+        text = pointer.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"Cannot read '{pointer}': {e}") from e
+    if not text or "\n" in text:
+        raise CheckpointError(f"'{pointer}' is damaged: expected one file name, got {text!r}.")
+    return Path(work_dir) / text
+
+
+def _created(path: Path) -> float:
+    try:
+        fields = read_manifest(path)
+    except CheckpointError:
+        fields = None
+    if fields is not None and isinstance(fields.get("created_unix"), int | float):
+        return float(fields["created_unix"])
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def list_checkpoints(work_dir: str | os.PathLike, complete_only: bool = False) -> list[Path]:
+    """Checkpoint files directly inside ``work_dir``, oldest first.
+
+    A checkpoint is a file ending in ``.pth``, ``.pt`` or ``.ckpt`` whose name does not start with
+    ``.`` (temp files do). Order is the manifest's creation time, or the file's mtime for files
+    without a readable manifest.
+
+    Args:
+        work_dir: Folder to scan. A missing folder has no checkpoints.
+        complete_only: Keep only checkpoints with a valid manifest and the right size (the sha256
+            is not computed here). Defaults to False.
+
+    Returns:
+        Paths sorted by creation time, then name.
+    """
+    folder = Path(work_dir)
+    if not folder.is_dir():
+        return []
+    found = [
+        p
+        for p in folder.iterdir()
+        if p.name.endswith(CHECKPOINT_SUFFIXES) and not p.name.startswith(".") and p.is_file()
+    ]
+    if complete_only:
+        found = [p for p in found if is_complete(p, check_sha256=False)]
+    return sorted(found, key=lambda p: (_created(p), p.name))
+
+
+def find_resumable(work_dir: str | os.PathLike, logger: logging.Logger | None = None) -> Path | None:
+    """The checkpoint to resume from: the latest one if it verifies, else the newest that does.
+
+    The file named by ``latest_checkpoint`` is verified against its manifest (size and sha256).
+    When it (or the pointer) is missing or damaged, the other checkpoints are tried newest first,
+    and a warning names the bad file and the one used instead. Checkpoints without a manifest are
+    never chosen: they may be unfinished.
+
+    In a distributed run rank 0 decides and the answer is broadcast, so every rank must call this.
+
+    Args:
+        work_dir: The run's work dir.
+        logger: Where the warning goes. Defaults to the ``libai.checkpoint`` logger.
+
+    Returns:
+        The checkpoint path, or None when there is nothing to resume from.
+    """
+    choice = None
+    if dist.is_main_process():
+        choice = _choose(Path(work_dir), logger or _logger)
+    return dist.broadcast_object(choice)
+
+
+def _choose(work_dir: Path, logger: logging.Logger) -> Path | None:
+    problem = None
+    target: Path | None = None
+    try:
+        target = read_latest(work_dir)
+    except CheckpointError as e:
+        problem = str(e)
+    if target is not None:
+        try:
+            verify_checkpoint(target)
+            return target
+        except CheckpointError as e:
+            problem = str(e)
+    skipped: list[str] = []
+    chosen = None
+    for path in reversed(list_checkpoints(work_dir)):
+        if target is not None and path.resolve() == target.resolve():
+            continue
+        if is_complete(path):
+            chosen = path
+            break
+        skipped.append(path.name)
+    if problem is None and chosen is None and not skipped:
+        return None
+    if problem is None:
+        head = f"{work_dir / LATEST_NAME} does not exist"
+    elif target is not None:
+        head = f"{LATEST_NAME} names '{target}', which cannot be used: {problem}"
+    else:
+        head = problem
+    if skipped:
+        head += f" Skipped incomplete or damaged checkpoints: {', '.join(skipped)}."
+    if chosen is None:
+        logger.warning("%s No other complete checkpoint in '%s'; nothing to resume.", head, work_dir)
+    else:
+        logger.warning("%s Resuming from '%s' instead.", head, chosen)
+    return chosen
+
+
+def remove_checkpoint(path: str | os.PathLike) -> None:
+    """Delete a checkpoint and its manifest; a file that is already gone is not an error.
+
+    The manifest goes first, so an interrupted removal leaves a file that counts as unfinished
+    rather than one that looks complete.
+
+    Raises:
+        CheckpointError: A file exists but cannot be deleted.
+    """
+    path = Path(path)
+    for victim in (manifest_path(path), path):
+        try:
+            victim.unlink(missing_ok=True)
+        except OSError as e:
+            cause, _ = describe_os_error(e)
+            raise CheckpointError(f"Cannot delete '{victim}': {cause}.") from e

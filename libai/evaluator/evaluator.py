@@ -1,0 +1,128 @@
+"""Evaluator: runs several metrics over the same batches and merges their results."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from libai.registry import EVALUATORS, METRICS
+from libai.utils.errors import ConfigError, RegistryError
+
+from .base_metric import BaseMetric
+
+__all__ = ["Evaluator", "build_evaluator"]
+
+MetricLike = BaseMetric | Mapping[str, Any]
+
+
+def _build_metric(cfg: Any, index: int) -> BaseMetric:
+    if isinstance(cfg, Mapping):
+        return METRICS.build(cfg)
+    if callable(getattr(cfg, "process", None)) and callable(getattr(cfg, "evaluate", None)):
+        return cfg
+    raise ConfigError(
+        f"Evaluator: metrics[{index}] must be a metric config dict (with 'type') or a "
+        f"BaseMetric instance, got {type(cfg).__name__} {cfg!r}."
+    )
+
+
+@EVALUATORS.register_module()
+class Evaluator:
+    """Feeds each batch to every metric, and merges the metrics' results into one dict.
+
+    Config: ``val_evaluator = dict(type="Evaluator", metrics=[dict(type="Accuracy",
+    topk=(1, 5)), dict(type="AUC")])``; a metric dict or a list of them is accepted directly
+    where an evaluator is expected (see :func:`build_evaluator`).
+
+    Args:
+        metrics: One metric or a list of them; each a config dict built from ``METRICS`` or a
+            :class:`BaseMetric` instance.
+    """
+
+    def __init__(self, metrics: MetricLike | Sequence[MetricLike]) -> None:
+        if isinstance(metrics, (Mapping, BaseMetric)):
+            metrics = [metrics]
+        if not isinstance(metrics, Sequence) or isinstance(metrics, str):
+            raise ConfigError(
+                f"Evaluator: metrics must be a metric (dict or BaseMetric) or a list of them, "
+                f"got {type(metrics).__name__}."
+            )
+        if not metrics:
+            raise ConfigError("Evaluator: metrics is empty; give at least one metric.")
+        self.metrics: list[BaseMetric] = [_build_metric(m, i) for i, m in enumerate(metrics)]
+
+    def process(self, batch: Any, outputs: Any) -> None:
+        """Give one batch and the model's eval-mode outputs for it to every metric.
+
+        Args:
+            batch: The collated batch.
+            outputs: What the model returned for it.
+        """
+        for metric in self.metrics:
+            metric.process(batch, outputs)
+
+    def evaluate(self, size: int) -> dict[str, float]:
+        """Evaluate every metric on the whole dataset; every rank must call this.
+
+        Args:
+            size: The number of samples in the dataset (the sampler's padding is dropped).
+
+        Returns:
+            All metrics' values in one dict, identical on every rank.
+
+        Raises:
+            ConfigError: Two metrics return the same key.
+        """
+        merged: dict[str, float] = {}
+        owner: dict[str, int] = {}
+        for i, metric in enumerate(self.metrics):
+            for key, value in metric.evaluate(size).items():
+                if key in merged:
+                    j = owner[key]
+                    raise ConfigError(
+                        f"Evaluator: metrics[{j}] ({type(self.metrics[j]).__name__}) and "
+                        f"metrics[{i}] ({type(metric).__name__}) both report '{key}'. Give one "
+                        f"of them a prefix, e.g. dict(type='{type(metric).__name__}', "
+                        f"prefix='{type(metric).__name__.lower()}{i}', ...)."
+                    )
+                merged[key] = value
+                owner[key] = i
+        return merged
+
+    def __repr__(self) -> str:
+        return f"Evaluator(metrics={self.metrics!r})"
+
+
+def _is_evaluator_type(type_: Any) -> bool:
+    if isinstance(type_, type):
+        return issubclass(type_, Evaluator)
+    try:
+        obj = EVALUATORS.get(type_)
+    except RegistryError:
+        return False
+    if isinstance(obj, type):
+        return issubclass(obj, Evaluator)
+    return type_ in EVALUATORS  # a registered factory function
+
+
+def build_evaluator(cfg: Evaluator | MetricLike | Sequence[MetricLike]) -> Evaluator:
+    """Build an evaluator from what a config may hold under ``val_evaluator``.
+
+    Args:
+        cfg: An :class:`Evaluator` (returned as is); a dict whose ``type`` is in
+            ``EVALUATORS`` (built from it); a metric dict, a :class:`BaseMetric` or a list of
+            those (wrapped in an :class:`Evaluator`).
+
+    Returns:
+        The evaluator.
+    """
+    if isinstance(cfg, Evaluator):
+        return cfg
+    if isinstance(cfg, Mapping) and "type" in cfg and _is_evaluator_type(cfg["type"]):
+        return EVALUATORS.build(cfg)
+    if cfg is None:
+        raise ConfigError(
+            "build_evaluator: got None; give a metric dict, a list of metric dicts or an "
+            "evaluator dict such as dict(type='Evaluator', metrics=[dict(type='Accuracy')])."
+        )
+    return Evaluator(cfg)

@@ -1,0 +1,16 @@
+"""Built-in metrics; importing this package registers them in ``METRICS``."""
+
+from .accuracy import Accuracy
+from .auc import AUC, GAUC, binary_auc, grouped_auc
+from .perplexity import Perplexity
+from .regression import MeanSquaredError
+
+__all__ = [
+    "Accuracy",
+    "AUC",
+    "GAUC",
+    "MeanSquaredError",
+    "Perplexity",
+    "binary_auc",
+    "grouped_auc",
+]

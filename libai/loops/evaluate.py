@@ -1,0 +1,88 @@
+"""Validation and test loops: one or several named data sets, each with its own evaluator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from libai.registry import LOOPS
+from libai.utils.dist import all_reduce_mean
+
+from .base import BaseLoop
+
+__all__ = ["ValLoop", "TestLoop"]
+
+
+class _EvalLoop(BaseLoop):
+    """Runs every named set through the model and its evaluator; ``stage`` is 'val' or 'test'.
+
+    Args:
+        runner: The runner.
+        dataloader: One data loader, or a dict ``{name: dataloader}`` of several sets.
+        evaluator: One evaluator (used for every set) or a dict ``{name: evaluator}``.
+    """
+
+    stage = "val"
+
+    def __init__(self, runner: Any, dataloader: Any, evaluator: Any) -> None:
+        super().__init__(runner, dataloader)
+        if isinstance(dataloader, dict):
+            evals = evaluator if isinstance(evaluator, dict) else dict.fromkeys(dataloader, evaluator)
+            self.sets = {name: (loader, evals[name]) for name, loader in dataloader.items()}
+        else:
+            self.sets = {None: (dataloader, evaluator)}
+
+    def run(self) -> dict[str, float]:
+        runner, stage = self.runner, self.stage
+        was_training = runner.model.training
+        runner.call_hook(f"before_{stage}")
+        runner.model.eval()
+        metrics: dict[str, float] = {}
+        for name, (loader, evaluator) in self.sets.items():
+            metrics.update(self._run_set(name, loader, evaluator))
+        runner.call_hook(f"after_{stage}", metrics=metrics)
+        runner.model.train(was_training)
+        return metrics
+
+    def _run_set(self, name: str | None, loader: Any, evaluator: Any) -> dict[str, float]:
+        runner, stage = self.runner, self.stage
+        prefix = f"{stage}/{name}/" if name else f"{stage}/"
+        runner.call_hook(f"before_{stage}_epoch")
+        loss_sum, loss_batches = None, 0
+        limit = runner.limit_batches(len(loader))
+        with torch.no_grad():
+            for idx, batch in enumerate(loader):
+                if idx >= limit:
+                    break
+                runner.call_hook(f"before_{stage}_iter", batch_idx=idx, data_batch=batch)
+                outputs = runner.run_eval_step(batch)
+                if isinstance(outputs, dict) and isinstance(outputs.get("loss"), torch.Tensor):
+                    batch_loss = outputs["loss"].detach().float().mean()
+                    loss_sum = batch_loss if loss_sum is None else loss_sum + batch_loss
+                    loss_batches += 1
+                evaluator.process(batch, outputs)
+                runner.call_hook(f"after_{stage}_iter", batch_idx=idx, data_batch=batch, outputs=outputs)
+        size = len(loader.dataset) if limit >= len(loader) else None
+        results = evaluator.evaluate(size) if size is not None else evaluator.evaluate(
+            min(len(loader.dataset), limit * (loader.batch_size or 1) * runner.world_size)
+        )
+        metrics = {prefix + k: float(v) for k, v in results.items()}
+        if loss_batches:
+            metrics[prefix + "loss"] = all_reduce_mean({"loss": (loss_sum / loss_batches).item()})["loss"]
+        runner.call_hook(f"after_{stage}_epoch", metrics=metrics)
+        return metrics
+
+
+@LOOPS.register_module()
+class ValLoop(_EvalLoop):
+    """Validation: metrics are prefixed ``val/`` (``val/<set>/`` for named sets)."""
+
+    stage = "val"
+
+
+@LOOPS.register_module()
+class TestLoop(_EvalLoop):
+    """Test: metrics are prefixed ``test/`` (``test/<set>/`` for named sets)."""
+
+    stage = "test"

@@ -1,0 +1,175 @@
+"""Training loops: by iterations or by epochs. Both keep their position so that a resume can
+continue with exactly the batches an uninterrupted run would have seen next."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from libai.registry import LOOPS
+from libai.utils.errors import ConfigError
+
+from .base import BaseLoop
+
+__all__ = ["IterBasedTrainLoop", "EpochBasedTrainLoop"]
+
+
+def _positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"train_cfg.{name} must be a positive int, got {value!r}")
+    return value
+
+
+class _TrainLoop(BaseLoop):
+    """Position bookkeeping and the single-iteration step shared by both training loops."""
+
+    def __init__(self, runner: Any, dataloader: Any, val_interval: int, val_begin: int) -> None:
+        super().__init__(runner, dataloader)
+        self.val_interval = _positive("val_interval", val_interval)
+        self.val_begin = val_begin
+        self.iters_per_epoch = len(dataloader)
+        if self.iters_per_epoch == 0:
+            raise ConfigError(
+                "train_dataloader yields no batch: the dataset is empty or smaller than one "
+                "batch with drop_last=True. Lower batch_size or check the dataset."
+            )
+        self._iter = 0
+        self._epoch = 0
+        self._batch_in_epoch = 0  # batches of the current epoch already consumed
+
+    @property
+    def iter(self) -> int:
+        return self._iter
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def _set_epoch(self) -> None:
+        sampler = getattr(self.dataloader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(self._epoch)
+
+    def run_iter(self, batch_idx: int, data_batch: Any) -> None:
+        runner = self.runner
+        runner.call_hook("before_train_iter", batch_idx=batch_idx, data_batch=data_batch)
+        outputs = runner.run_train_step(data_batch)
+        runner.call_hook("after_train_iter", batch_idx=batch_idx, data_batch=data_batch, outputs=outputs)
+        self._iter += 1
+
+    def state_dict(self) -> dict:
+        # A finished epoch is saved as the start of the next one, so a resume neither replays
+        # its end-of-epoch hooks nor iterates an exhausted sampler.
+        if self._batch_in_epoch >= self.iters_per_epoch:
+            return {"iter": self._iter, "epoch": self._epoch + 1, "batch_in_epoch": 0}
+        return {"iter": self._iter, "epoch": self._epoch, "batch_in_epoch": self._batch_in_epoch}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the position; the sampler is told to skip the consumed part of the epoch."""
+        self._iter = int(state["iter"])
+        self._epoch = int(state["epoch"])
+        self._batch_in_epoch = int(state["batch_in_epoch"])
+
+
+@LOOPS.register_module()
+class IterBasedTrainLoop(_TrainLoop):
+    """Train for ``max_iters`` iterations, cycling over the data loader as often as needed.
+
+    ``before_train_epoch``/``after_train_epoch`` are called once, around the whole run.
+
+    Args:
+        runner: The runner.
+        dataloader: The training data loader.
+        max_iters: Iterations to train.
+        val_interval: Validate every this many iterations, and after the last. Defaults to 1000.
+        val_begin: First iteration after which validation may run. Defaults to 1.
+    """
+
+    def __init__(self, runner: Any, dataloader: Any, max_iters: int, val_interval: int = 1000,
+                 val_begin: int = 1) -> None:
+        super().__init__(runner, dataloader, val_interval, val_begin)
+        self.max_iters = _positive("max_iters", max_iters)
+        self.max_epochs = None
+        self._data_iter = None
+
+    def _next_batch(self) -> Any:
+        if self._data_iter is None:
+            self._set_epoch()
+            self._data_iter = iter(self.dataloader)
+        try:
+            batch = next(self._data_iter)
+        except StopIteration:
+            self._epoch += 1
+            self._batch_in_epoch = 0
+            self._set_epoch()
+            self._data_iter = iter(self.dataloader)
+            batch = next(self._data_iter)
+        self._batch_in_epoch += 1
+        return batch
+
+    def run(self) -> None:
+        runner = self.runner
+        stop_at = runner.limit_iters(self.max_iters)
+        runner.call_hook("before_train")
+        runner.call_hook("before_train_epoch")
+        while self._iter < stop_at and not runner.should_stop:
+            runner.model.train()
+            batch = self._next_batch()
+            self.run_iter(self._batch_in_epoch - 1, batch)
+            if runner.val_loop is not None and self._should_validate(stop_at):
+                runner.val_loop.run()
+        runner.call_hook("after_train_epoch")
+        runner.call_hook("after_train")
+
+    def _should_validate(self, stop_at: int) -> bool:
+        if self._iter < self.val_begin:
+            return False
+        return self._iter % self.val_interval == 0 or self._iter == stop_at
+
+
+@LOOPS.register_module()
+class EpochBasedTrainLoop(_TrainLoop):
+    """Train for ``max_epochs`` passes over the data loader.
+
+    Args:
+        runner: The runner.
+        dataloader: The training data loader.
+        max_epochs: Epochs to train.
+        val_interval: Validate every this many epochs, and after the last. Defaults to 1.
+        val_begin: First epoch after which validation may run. Defaults to 1.
+    """
+
+    def __init__(self, runner: Any, dataloader: Any, max_epochs: int, val_interval: int = 1,
+                 val_begin: int = 1) -> None:
+        super().__init__(runner, dataloader, val_interval, val_begin)
+        self.max_epochs = _positive("max_epochs", max_epochs)
+        self.max_iters = self.max_epochs * self.iters_per_epoch
+
+    def run(self) -> None:
+        runner = self.runner
+        stop_at = runner.limit_iters(self.max_iters)
+        runner.call_hook("before_train")
+        while self._epoch < self.max_epochs and self._iter < stop_at and not runner.should_stop:
+            self.run_epoch(stop_at)
+            if runner.should_stop and self._batch_in_epoch != 0:
+                break  # stopped inside the epoch: neither count it as done nor validate
+            done = self._epoch
+            if runner.val_loop is not None and done >= self.val_begin and (
+                done % self.val_interval == 0 or done == self.max_epochs
+            ):
+                runner.val_loop.run()
+        runner.call_hook("after_train")
+
+    def run_epoch(self, stop_at: int) -> None:
+        runner = self.runner
+        runner.call_hook("before_train_epoch")
+        runner.model.train()
+        self._set_epoch()
+        for batch in self.dataloader:
+            self._batch_in_epoch += 1
+            self.run_iter(self._batch_in_epoch - 1, batch)
+            if runner.should_stop or self._iter >= stop_at:
+                break
+        if self._batch_in_epoch == self.iters_per_epoch:
+            runner.call_hook("after_train_epoch")
+            self._epoch += 1
+            self._batch_in_epoch = 0

@@ -1,0 +1,26 @@
+"""The model contract: any nn.Module; BaseModel and step functions. See docs/design.md."""
+
+from .base import (
+    BaseModel,
+    DataPreprocessor,
+    parse_losses,
+    test_step,
+    to_device,
+    train_step,
+    unwrap_model,
+    val_step,
+)
+from .wrappers import compile_model, wrap_ddp
+
+__all__ = [
+    "BaseModel",
+    "DataPreprocessor",
+    "compile_model",
+    "parse_losses",
+    "test_step",
+    "to_device",
+    "train_step",
+    "unwrap_model",
+    "val_step",
+    "wrap_ddp",
+]

@@ -1,0 +1,171 @@
+"""The model contract, and an optional BaseModel with step methods.
+
+Any ``nn.Module`` trains: in train mode ``model(batch)`` returns a loss tensor or a dict whose keys
+containing ``loss`` are summed; in eval mode it returns what the metrics consume. ``BaseModel``
+adds overridable ``train_step``/``val_step``/``test_step`` and a data preprocessor; the runner calls
+the same default steps for a plain module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from libai.utils.errors import TrainingError
+
+__all__ = [
+    "BaseModel",
+    "DataPreprocessor",
+    "parse_losses",
+    "to_device",
+    "train_step",
+    "val_step",
+    "test_step",
+    "unwrap_model",
+]
+
+
+def to_device(data: Any, device: torch.device | str, non_blocking: bool = False) -> Any:
+    """Move every tensor in a nested dict/list/tuple to ``device``."""
+    if isinstance(data, torch.Tensor):
+        return data.to(device, non_blocking=non_blocking)
+    if isinstance(data, Mapping):
+        return {k: to_device(v, device, non_blocking) for k, v in data.items()}
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
+        return type(data)(*(to_device(v, device, non_blocking) for v in data))
+    if isinstance(data, (list, tuple)):
+        return type(data)(to_device(v, device, non_blocking) for v in data)
+    return data
+
+
+class DataPreprocessor(nn.Module):
+    """Moves a batch to the model's device. Subclass it to normalise or augment on the device.
+
+    Args:
+        non_blocking: Use asynchronous copies (with pinned memory). Defaults to False.
+    """
+
+    def __init__(self, non_blocking: bool = False) -> None:
+        super().__init__()
+        self.non_blocking = non_blocking
+        self.register_buffer("_device_probe", torch.empty(0), persistent=False)
+
+    def forward(self, data: Any, training: bool = False) -> Any:
+        return to_device(data, self._device_probe.device, self.non_blocking)
+
+
+def parse_losses(outputs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Turn what a model returns in train mode into (total loss, detached values to log).
+
+    A tensor is the loss. In a dict, entries whose key contains ``loss`` are summed into the loss
+    (a tensor with several elements is averaged first); every tensor entry is logged.
+    """
+    if isinstance(outputs, torch.Tensor):
+        loss = outputs if outputs.dim() == 0 else outputs.mean()
+        return loss, {"loss": loss.detach()}
+    if not isinstance(outputs, Mapping):
+        raise TrainingError(
+            f"In train mode the model returned {type(outputs).__name__}; it must return a loss "
+            f"tensor or a dict with at least one '*loss*' entry, e.g. {{'loss': loss}}."
+        )
+    log_vars: dict[str, torch.Tensor] = {}
+    losses = []
+    for key, value in outputs.items():
+        if isinstance(value, (list, tuple)):
+            value = sum(v.mean() for v in value)
+        if not isinstance(value, torch.Tensor):
+            continue
+        value = value if value.dim() == 0 else value.mean()
+        if "loss" in key:
+            losses.append(value)
+        log_vars[key] = value.detach()
+    if not losses:
+        raise TrainingError(
+            f"In train mode the model returned a dict with keys {sorted(outputs)}, none of which "
+            f"contains 'loss'. Name the loss entry 'loss' (or 'loss_xxx'; all are summed)."
+        )
+    loss = losses[0] if len(losses) == 1 else torch.stack(losses).sum()
+    if len(losses) > 1 or "loss" not in log_vars:
+        log_vars["loss"] = loss.detach()
+    return loss, log_vars
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """Strip DistributedDataParallel (``.module``) and torch.compile (``._orig_mod``) wrappers."""
+    while True:
+        if isinstance(model, nn.parallel.DistributedDataParallel):
+            model = model.module
+        elif hasattr(model, "_orig_mod") and isinstance(model._orig_mod, nn.Module):
+            model = model._orig_mod
+        else:
+            return model
+
+
+def _preprocess(model: nn.Module, data: Any, training: bool) -> Any:
+    pre = getattr(model, "data_preprocessor", None)
+    if pre is not None:
+        return pre(data, training)
+    try:
+        device = next(model.parameters()).device
+    except StopIteration:
+        return data
+    return to_device(data, device)
+
+
+def train_step(model: nn.Module, data: Any, optim_wrapper: Any, forward: nn.Module | None = None) -> dict:
+    """One optimisation step for a plain module: preprocess, forward, parse losses, update.
+
+    Args:
+        model: The unwrapped model (owns the data preprocessor).
+        data: A batch from the data loader.
+        optim_wrapper: Does backward, accumulation, clipping and the step.
+        forward: The module to call (the DDP or compiled wrapper). Defaults to ``model``.
+
+    Returns:
+        The detached values to log.
+    """
+    forward = forward if forward is not None else model
+    data = _preprocess(model, data, True)
+    with optim_wrapper.optim_context(forward):
+        outputs = forward(data)
+    loss, log_vars = parse_losses(outputs)
+    optim_wrapper.update_params(loss)
+    return log_vars
+
+
+@torch.no_grad()
+def val_step(model: nn.Module, data: Any, forward: nn.Module | None = None) -> Any:
+    """Preprocess and forward a batch in eval mode; returns what the metrics consume."""
+    forward = forward if forward is not None else model
+    return forward(_preprocess(model, data, False))
+
+
+test_step = val_step
+
+
+class BaseModel(nn.Module):
+    """Optional base class: overridable steps and a data preprocessor.
+
+    Override ``train_step`` for a custom update (GANs, several optimizers); call ``forward(...)``,
+    not ``self(...)``, inside it, since ``forward`` is the DDP/compiled wrapper when there is one.
+
+    Args:
+        data_preprocessor: A module (or None for :class:`DataPreprocessor`) applied to each batch
+            before ``forward``. Defaults to None.
+    """
+
+    def __init__(self, data_preprocessor: nn.Module | None = None) -> None:
+        super().__init__()
+        self.data_preprocessor = data_preprocessor or DataPreprocessor()
+
+    def train_step(self, data: Any, optim_wrapper: Any, forward: nn.Module | None = None) -> dict:
+        return train_step(self, data, optim_wrapper, forward)
+
+    def val_step(self, data: Any, forward: nn.Module | None = None) -> Any:
+        return val_step(self, data, forward)
+
+    def test_step(self, data: Any, forward: nn.Module | None = None) -> Any:
+        return test_step(self, data, forward)

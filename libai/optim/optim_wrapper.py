@@ -1,0 +1,347 @@
+"""OptimWrapper: one object owns the optimizer step, so the training loop stays simple.
+
+A model's ``train_step`` does::
+
+    with optim_wrapper.optim_context(model):   # DDP no_sync while accumulating (+ autocast for AMP)
+        loss = model(batch)
+    optim_wrapper.update_params(loss)          # backward; on a window's last call: clip, step, zero
+
+Gradient accumulation, DDP ``no_sync``, clipping and mixed precision all change here, and only
+here. Escape hatches: call ``backward``/``step``/``zero_grad`` yourself, or subclass and override
+``step`` (register the subclass in OPTIM_WRAPPERS and name it in ``optim_wrapper.type``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from libai.registry import OPTIM_WRAPPERS
+from libai.utils.errors import CheckpointError, ConfigError
+from libai.utils.suggest import did_you_mean
+
+__all__ = ["OptimWrapper"]
+
+_CLIP_ARGS = {
+    "norm": ("max_norm", {"max_norm", "norm_type", "error_if_nonfinite", "foreach"}),
+    "value": ("clip_value", {"clip_value", "foreach"}),
+}
+
+
+def _parse_clip_grad(clip_grad: Mapping | None) -> tuple[str, dict[str, Any]] | None:
+    """Check ``clip_grad`` and return ``(kind, kwargs for the torch clip function)`` or None."""
+    if clip_grad is None or (isinstance(clip_grad, Mapping) and not clip_grad):
+        return None
+    if not isinstance(clip_grad, Mapping):
+        raise ConfigError(
+            f"optim_wrapper.clip_grad must be a dict such as dict(type='norm', max_norm=1.0), "
+            f"got {type(clip_grad).__name__} {clip_grad!r}."
+        )
+    args = dict(clip_grad)
+    kind = args.pop("type", "norm")
+    if kind not in _CLIP_ARGS:
+        raise ConfigError(
+            f"optim_wrapper.clip_grad.type={kind!r} is not a clipping method."
+            f"{did_you_mean(str(kind), _CLIP_ARGS)} Use dict(type='norm', max_norm=1.0) to "
+            f"clip the total gradient norm, or dict(type='value', clip_value=0.5) to clip each "
+            f"gradient element."
+        )
+    required, allowed = _CLIP_ARGS[kind]
+    for key in args:
+        if key not in allowed:
+            raise ConfigError(
+                f"optim_wrapper.clip_grad has an unknown key {key!r} for type={kind!r}."
+                f"{did_you_mean(key, allowed)} Valid keys: {', '.join(sorted(allowed))}."
+            )
+    if required not in args:
+        raise ConfigError(
+            f"optim_wrapper.clip_grad with type={kind!r} needs {required!r}, "
+            f"e.g. dict(type={kind!r}, {required}=1.0)."
+        )
+    return kind, args
+
+
+def _check_count(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"optim_wrapper.{name} must be an integer >= {minimum}, got {value!r}.")
+    return value
+
+
+@OPTIM_WRAPPERS.register_module()
+class OptimWrapper:
+    """Wraps a torch optimizer with gradient accumulation, clipping and DDP ``no_sync``.
+
+    Args:
+        optimizer: The optimizer to drive.
+        accumulative_counts: Number of ``update_params`` calls (micro-batches) per optimizer
+            step; each loss is divided by the window size so that the summed gradient is the
+            mean over the window. Defaults to 1.
+        clip_grad: ``dict(type="norm", max_norm=1.0, norm_type=2)`` or
+            ``dict(type="value", clip_value=0.5)``; extra keys go to the torch clip function.
+            Defaults to None (no clipping).
+
+    Raises:
+        ConfigError: a bad ``accumulative_counts`` or ``clip_grad``.
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        accumulative_counts: int = 1,
+        clip_grad: dict | None = None,
+    ) -> None:
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ConfigError(
+                f"{type(self).__name__} needs a torch.optim.Optimizer, got "
+                f"{type(optimizer).__name__}. Build one from optim_wrapper.optimizer."
+            )
+        self.optimizer = optimizer
+        self.accumulative_counts = _check_count("accumulative_counts", accumulative_counts, 1)
+        self._clip = _parse_clip_grad(clip_grad)
+        self._inner_count = 0  # update_params calls so far, over the whole run
+        self._max_counts: int | None = None
+        self._restored_grads_at: int | None = None
+        self._after_backward: list[Callable[[], Any]] = []
+        self._grad_norm: torch.Tensor | None = None  # kept on device; read lazily in scalars()
+
+    # ------------------------------------------------------------------ accumulation state
+    def initialize_count_status(self, model: nn.Module, init_counts: int, max_counts: int) -> None:
+        """Set where training starts and how long it lasts, before the first ``update_params``.
+
+        Args:
+            model: The trained model; only inspected for a warning about BatchNorm statistics,
+                which see micro-batches, not the accumulated batch.
+            init_counts: Iterations already done (the resume point).
+            max_counts: Total training iterations; the last window may be shorter than
+                ``accumulative_counts`` and its losses are divided by its real size.
+        """
+        self._inner_count = _check_count("init_counts", init_counts, 0)
+        self._max_counts = _check_count("max_counts", max_counts, 1)
+        k = self.accumulative_counts
+        if k > 1 and init_counts % k and self._restored_grads_at != init_counts:
+            warnings.warn(
+                f"Training starts at iteration {init_counts}, inside a gradient accumulation "
+                f"window of {k}; the gradients of the window's first {init_counts % k} "
+                f"micro-batches are not available, so this window's step uses fewer of them.",
+                stacklevel=2,
+            )
+        if k > 1 and any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+            warnings.warn(
+                f"The model has BatchNorm layers and accumulative_counts={k}: their statistics "
+                f"are computed per micro-batch, not per accumulated batch.",
+                stacklevel=2,
+            )
+
+    @property
+    def inner_count(self) -> int:
+        """Number of ``update_params`` calls made so far (the global iteration)."""
+        return self._inner_count
+
+    def _window_complete(self, count: int) -> bool:
+        k = self.accumulative_counts
+        if k == 1 or (count + 1) % k == 0:
+            return True
+        return self._max_counts is not None and count + 1 >= self._max_counts
+
+    def _divisor(self, count: int) -> int:
+        k = self.accumulative_counts
+        if k > 1 and self._max_counts is not None:
+            rest = self._max_counts % k
+            if rest and count >= self._max_counts - rest:
+                return rest  # the last, short window
+        return k
+
+    def should_update(self) -> bool:
+        """True when the coming ``update_params`` call ends a window and steps the optimizer."""
+        return self._window_complete(self._inner_count)
+
+    # -------------------------------------------------------------------------- hot path
+    @contextmanager
+    def optim_context(self, model: nn.Module) -> Iterator[None]:
+        """Context for the forward pass: DDP ``no_sync`` while the window is not complete.
+
+        Args:
+            model: The model called inside the context (the DDP-wrapped one, if any).
+        """
+        if not self._window_complete(self._inner_count) and hasattr(model, "no_sync"):
+            with model.no_sync():
+                yield
+        else:
+            yield
+
+    def update_params(
+        self,
+        loss: torch.Tensor,
+        step_kwargs: dict | None = None,
+        zero_kwargs: dict | None = None,
+    ) -> None:
+        """Backward ``loss / window size``; at the end of a window clip, step and zero grads.
+
+        Args:
+            loss: The scalar loss of one micro-batch.
+            step_kwargs: Keyword arguments for ``step``. Defaults to None.
+            zero_kwargs: Keyword arguments for ``zero_grad``. Defaults to None.
+        """
+        count = self._inner_count
+        divisor = self._divisor(count)
+        self.backward(loss / divisor if divisor != 1 else loss)
+        self._inner_count = count + 1
+        if self._window_complete(count):
+            self.step(**(step_kwargs or {}))
+            self.zero_grad(**(zero_kwargs or {}))
+
+    def register_after_backward(self, fn: Callable[[], Any]) -> None:
+        """Call ``fn()`` after every ``backward``, before any optimizer step.
+
+        Args:
+            fn: A callable taking no arguments (the runner registers its after_backward stage).
+        """
+        self._after_backward.append(fn)
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """Run ``loss.backward(**kwargs)``, then the after-backward callbacks.
+
+        Args:
+            loss: The (already divided) loss.
+            **kwargs: Passed to ``torch.Tensor.backward``.
+        """
+        self._run_backward(loss, **kwargs)
+        for fn in self._after_backward:
+            fn()
+
+    def _run_backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        loss.backward(**kwargs)
+
+    def step(self, **kwargs: Any) -> None:
+        """Clip the gradients (if configured) and step the optimizer.
+
+        Args:
+            **kwargs: Passed to ``optimizer.step``.
+        """
+        self._clip_grads()
+        self.optimizer.step(**kwargs)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset the gradients.
+
+        Args:
+            set_to_none: Set gradients to None instead of zero tensors. Defaults to True.
+        """
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def _clip_grads(self) -> None:
+        if self._clip is None:
+            return
+        params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if not params:
+            return
+        kind, kwargs = self._clip
+        if kind == "norm":
+            self._grad_norm = nn.utils.clip_grad_norm_(params, **kwargs)
+        else:
+            nn.utils.clip_grad_value_(params, **kwargs)
+
+    # ---------------------------------------------------------------------- inspection
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The optimizer's parameter groups."""
+        return self.optimizer.param_groups
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """The optimizer's default options."""
+        return self.optimizer.defaults
+
+    def get_lr(self) -> dict[str, list[float]]:
+        """Learning rate of every parameter group, as ``{"lr": [...]}``."""
+        return {"lr": [float(g["lr"]) for g in self.param_groups]}
+
+    def get_momentum(self) -> dict[str, list[float]]:
+        """Momentum of every group (``betas[0]`` for Adam-like optimizers, 0 if it has none)."""
+        values = []
+        for g in self.param_groups:
+            if "momentum" in g:
+                values.append(float(g["momentum"]))
+            elif "betas" in g:
+                values.append(float(g["betas"][0]))
+            else:
+                values.append(0.0)
+        return {"momentum": values}
+
+    def scalars(self) -> dict[str, float]:
+        """Values to log: ``grad_norm`` (total norm before clipping) when norm clipping is on.
+
+        Converting to float synchronizes with the device: call it at the logging interval only.
+        """
+        out: dict[str, float] = {}
+        if self._grad_norm is not None:
+            out["grad_norm"] = float(self._grad_norm)
+        return out
+
+    # --------------------------------------------------------------------- checkpointing
+    def _params(self) -> list[torch.Tensor]:
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer state and accumulation position.
+
+        When saved inside an accumulation window, the gradients accumulated so far are saved
+        too (``accumulated_grads``), so that a resume continues the window exactly.
+        """
+        state: dict[str, Any] = {
+            "optimizer": self.optimizer.state_dict(),
+            "inner_count": self._inner_count,
+        }
+        if self._inner_count % self.accumulative_counts:
+            state["accumulated_grads"] = [
+                None if p.grad is None else p.grad.detach().clone() for p in self._params()
+            ]
+        return state
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (a plain optimizer state dict also works).
+
+        Raises:
+            CheckpointError: the dict has neither form, or its gradients do not match.
+        """
+        if "optimizer" not in state_dict:
+            if "state" in state_dict and "param_groups" in state_dict:
+                self.optimizer.load_state_dict(state_dict)
+                return
+            raise CheckpointError(
+                f"Cannot load the optim wrapper state: expected an 'optimizer' key, got keys "
+                f"{sorted(map(str, state_dict))}."
+            )
+        self.optimizer.load_state_dict(state_dict["optimizer"])
+        self._inner_count = int(state_dict.get("inner_count", 0))
+        grads = state_dict.get("accumulated_grads")
+        if grads is not None:
+            self._load_grads(grads)
+            self._restored_grads_at = self._inner_count
+
+    def _load_grads(self, grads: list[torch.Tensor | None]) -> None:
+        params = self._params()
+        if len(grads) != len(params):
+            raise CheckpointError(
+                f"The checkpoint's accumulated_grads has {len(grads)} entries but the optimizer "
+                f"has {len(params)} parameters."
+            )
+        for p, g in zip(params, grads):
+            if g is not None and g.shape != p.shape:
+                raise CheckpointError(
+                    f"An accumulated gradient has shape {tuple(g.shape)} in the checkpoint but "
+                    f"its parameter has shape {tuple(p.shape)}."
+                )
+            p.grad = None if g is None else g.to(device=p.device, dtype=p.dtype).clone()
+
+    def __repr__(self) -> str:
+        clip = None if self._clip is None else {"type": self._clip[0], **self._clip[1]}
+        return (
+            f"{type(self).__name__}(optimizer={type(self.optimizer).__name__}, "
+            f"accumulative_counts={self.accumulative_counts}, clip_grad={clip})"
+        )

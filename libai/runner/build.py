@@ -1,0 +1,150 @@
+"""Build the runner's parts from config sections. Each function takes one section and returns
+the part; none of them keeps state. Parts given as objects instead of dicts are used as they are."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from libai.registry import HOOKS, LOOPS, MODELS
+from libai.utils.errors import ConfigError
+from libai.utils.suggest import did_you_mean
+
+__all__ = [
+    "TOP_LEVEL_KEYS",
+    "validate_top_level",
+    "build_model",
+    "build_loader",
+    "build_eval_sets",
+    "build_loop",
+    "build_hooks",
+]
+
+# Every key a runner config may have, with what it is for (printed when a key is unknown).
+TOP_LEVEL_KEYS = {
+    "model": "the model: dict(type=..., ...) or an nn.Module",
+    "work_dir": "folder for logs and checkpoints",
+    "experiment_name": "name shown in the log; defaults to the config file name",
+    "train_dataloader": "dict(dataset=..., sampler=..., batch_size=..., ...)",
+    "val_dataloader": "a data loader dict, or {name: data loader dict} for several sets",
+    "test_dataloader": "a data loader dict, or {name: data loader dict}",
+    "train_cfg": "the training loop: dict(type='IterBasedTrainLoop', max_iters=...)",
+    "val_cfg": "the validation loop: dict(type='ValLoop')",
+    "test_cfg": "the test loop: dict(type='TestLoop')",
+    "optim_wrapper": "dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=...))",
+    "param_scheduler": "a scheduler dict or a list of them",
+    "val_evaluator": "metric dict(s), or {name: metrics} per validation set",
+    "test_evaluator": "metric dict(s), or {name: metrics} per test set",
+    "default_hooks": "{name: hook dict or None}: overrides of the default hooks",
+    "custom_hooks": "a list of extra hook dicts",
+    "randomness": "dict(seed=..., deterministic=False, diff_rank_seed=False)",
+    "env_cfg": "dict(dist_backend=None, dist_timeout=1800)",
+    "device": "'auto' (default), 'cpu', 'cuda' or 'cuda:N'",
+    "compile": "graph mode: True or torch.compile options",
+    "model_wrapper_cfg": "extra DistributedDataParallel arguments",
+    "log_level": "'INFO' (default), 'DEBUG', 'WARNING'",
+    "load_from": "a checkpoint to load weights from (no resume)",
+    "resume": "True for the latest checkpoint in work_dir, or a checkpoint path",
+    "resume_options": "dict(allow_changes=[...]): schedule changes accepted on resume",
+}
+
+
+def validate_top_level(cfg: Any) -> None:
+    """Refuse unknown top-level keys, with a suggestion; helper variables start with '_'."""
+    for key in cfg:
+        if key not in TOP_LEVEL_KEYS and not str(key).startswith("_"):
+            hint = did_you_mean(str(key), TOP_LEVEL_KEYS)
+            raise ConfigError(
+                f"Unknown top-level config key '{key}'.{hint} Valid keys: "
+                f"{', '.join(TOP_LEVEL_KEYS)}. (In a .py config, name helper variables with a "
+                f"leading underscore, e.g. '_batch_size', so they are not taken as keys.)"
+            )
+    if "model" not in cfg:
+        raise ConfigError("The config has no 'model' key: add model=dict(type='YourModel', ...).")
+
+
+def build_model(cfg: Any) -> nn.Module:
+    if isinstance(cfg, nn.Module):
+        return cfg
+    model = MODELS.build(cfg, path="model")
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model: {type(model).__name__} is not a torch.nn.Module.")
+    return model
+
+
+def build_loader(cfg: Any, section: str, seed: int, world_size: int, rank: int, diff_rank_seed: bool) -> Any:
+    """Build one data loader from its dict (or return a given DataLoader)."""
+    from libai.data import build_dataloader
+
+    if not isinstance(cfg, dict):
+        return cfg
+    return build_dataloader(cfg, seed=seed, world_size=world_size, rank=rank,
+                            diff_rank_seed=diff_rank_seed, path=section)
+
+
+def _is_multi(loader_cfg: Any) -> bool:
+    return (
+        isinstance(loader_cfg, dict)
+        and "dataset" not in loader_cfg
+        and len(loader_cfg) > 0
+        and all(isinstance(v, dict) and "dataset" in v for v in loader_cfg.values())
+    )
+
+
+def build_eval_sets(loader_cfg: Any, evaluator_cfg: Any, stage: str, build_one: Any) -> tuple[Any, Any]:
+    """Data loader(s) and evaluator(s) for one stage; several named sets give two dicts."""
+    from libai.evaluator import build_evaluator
+
+    if evaluator_cfg is None:
+        raise ConfigError(f"{stage}_dataloader is set but {stage}_evaluator is not: add e.g. "
+                          f"{stage}_evaluator=dict(type='Accuracy').")
+    if not _is_multi(loader_cfg):
+        return build_one(loader_cfg, f"{stage}_dataloader"), build_evaluator(evaluator_cfg)
+    loaders = {name: build_one(c, f"{stage}_dataloader.{name}") for name, c in loader_cfg.items()}
+    per_set = isinstance(evaluator_cfg, dict) and set(evaluator_cfg) == set(loaders)
+    evaluators = {
+        name: build_evaluator(evaluator_cfg[name] if per_set else evaluator_cfg) for name in loaders
+    }
+    return loaders, evaluators
+
+
+def build_loop(loop_cfg: Any, default_type: str, section: str, **default_args: Any) -> Any:
+    cfg = dict(loop_cfg or {})
+    cfg.setdefault("type", default_type)
+    return LOOPS.build(cfg, default_args=default_args, path=section)
+
+
+def build_hooks(default_hooks: dict, overrides: Any, custom_hooks: Any) -> list:
+    """Default hooks updated by ``overrides`` (None disables one), then custom hooks; sorted by
+    priority, ties kept in the order given."""
+    from libai.hooks import Hook
+    from libai.hooks.hook import get_priority
+
+    merged = {name: dict(cfg) for name, cfg in default_hooks.items()}
+    for name, cfg in (overrides or {}).items():
+        if name not in merged:
+            raise ConfigError(f"default_hooks.{name} is not a default hook.{did_you_mean(name, merged)} "
+                              f"Default hooks: {', '.join(merged)}. Add new hooks under custom_hooks.")
+        if cfg is None:
+            merged[name] = None
+        elif isinstance(cfg, Hook):
+            merged[name] = cfg
+        else:
+            new = dict(cfg)
+            merged[name] = new if "type" in new else {**merged[name], **new}
+    hooks = []
+    entries = [(f"default_hooks.{n}", c) for n, c in merged.items() if c is not None]
+    entries += [(f"custom_hooks.{i}", c) for i, c in enumerate(custom_hooks or [])]
+    for path, cfg in entries:
+        if isinstance(cfg, Hook):
+            hook = cfg
+        else:
+            cfg = dict(cfg)
+            priority = cfg.pop("priority", None)
+            hook = HOOKS.build(cfg, path=path)
+            if priority is not None:
+                hook.priority = priority
+        hook.priority = get_priority(hook.priority)
+        hooks.append(hook)
+    return sorted(hooks, key=lambda h: h.priority)

@@ -1,0 +1,143 @@
+"""Saving and restoring a whole run. The file format and its safety live in libai.checkpoint; this
+module only decides what goes into a training checkpoint and puts it back."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from libai.utils import dist
+from libai.utils.errors import CheckpointError
+
+__all__ = ["CheckpointMixin"]
+
+
+class CheckpointMixin:
+    """Runner methods for checkpoints; uses the runner's parts, owns no state of its own."""
+
+    _resumed = False
+
+    # --------------------------------------------------------------------------- save
+    def checkpoint_state(self, meta: dict | None = None) -> dict:
+        """Everything needed to continue the run exactly: weights, optimizer, schedulers, hooks,
+        loop and sampler position, RNG states of every rank, config text and versions."""
+        import torch
+
+        from libai.checkpoint import get_rng_state, model_state_for_saving
+        from libai.version import __version__
+
+        loop = self._train_loop
+        state = {
+            "meta": {
+                "libai_version": __version__,
+                "torch_version": torch.__version__,
+                "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "iter": self.iter,
+                "epoch": self.epoch,
+                "world_size": self.world_size,
+                "seed": self.seed,
+                "experiment_name": self.experiment_name,
+                "config": self.cfg.pretty_text,
+                **(meta or {}),
+            },
+            "state_dict": model_state_for_saving(self.model),
+            "message_hub": self.message_hub.state_dict(),
+            "hooks": {key: hook.state_dict() for key, hook in self._stateful_hooks().items()},
+            "rng": dist.all_gather_object(get_rng_state()),
+        }
+        if loop is not None:
+            state["loop"] = loop.state_dict()
+            sampler = getattr(loop.dataloader, "sampler", None)
+            if hasattr(sampler, "state_dict"):
+                state["sampler"] = sampler.state_dict()
+            state["optimizer"] = self.optim_wrapper.state_dict()
+            state["param_schedulers"] = [s.state_dict() for s in self.param_schedulers]
+        return state
+
+    def save_checkpoint(self, filename: str, meta: dict | None = None) -> str:
+        """Write a full checkpoint ``work_dir/filename`` (rank 0), then move the latest pointer.
+
+        Every rank must call this (the RNG states are gathered). Returns the path.
+        """
+        from libai.checkpoint import save_checkpoint, update_latest
+
+        path = os.path.join(self.work_dir, filename)
+        state = self.checkpoint_state(meta)
+        self.call_hook("before_save_checkpoint", checkpoint=state)
+        if dist.is_main_process():
+            save_checkpoint(state, path)
+            update_latest(self.work_dir, path)
+        dist.barrier()
+        return path
+
+    # --------------------------------------------------------------------------- load
+    def _stateful_hooks(self) -> dict:
+        out: dict[str, Any] = {}
+        for hook in self.hooks:
+            if hook.is_stateful():
+                key, n = hook.state_key, 1
+                while key in out:
+                    n += 1
+                    key = f"{hook.state_key}#{n}"
+                out[key] = hook
+        return out
+
+    def load_checkpoint(self, path: str, strict: bool = True, remap: Any = None) -> Any:
+        """Load model weights only (``load_from``); returns the load report."""
+        from libai.checkpoint import load_checkpoint, load_model_state
+
+        ckpt = load_checkpoint(path)
+        weights = ckpt.get("state_dict", ckpt)
+        report = load_model_state(self.unwrapped_model, weights, strict=strict, remap=remap)
+        self.logger.info(f"Loaded weights from {path}" + (f"\n{report}" if str(report) else ""))
+        return report
+
+    def resume(self, path: str) -> None:
+        """Restore the whole run from ``path`` so training continues exactly where it stopped."""
+        from libai.checkpoint import load_checkpoint, load_model_state, set_rng_state
+
+        ckpt = load_checkpoint(path)
+        if "loop" not in ckpt:
+            raise CheckpointError(f"{path} holds no training state (it was saved outside training); "
+                                  f"use load_from={path!r} to load its weights instead.")
+        load_model_state(self.unwrapped_model, ckpt["state_dict"], strict=True)
+        self.optim_wrapper.load_state_dict(ckpt["optimizer"])
+        for sched, st in zip(self.param_schedulers, ckpt.get("param_schedulers", [])):
+            sched.load_state_dict(st)
+        loop = self.train_loop
+        loop.load_state_dict(ckpt["loop"])
+        sampler = getattr(loop.dataloader, "sampler", None)
+        if "sampler" in ckpt and hasattr(sampler, "load_state_dict"):
+            sampler.load_state_dict(ckpt["sampler"])
+            sampler.skip(ckpt["loop"]["batch_in_epoch"] * (loop.dataloader.batch_size or 1))
+        hooks = self._stateful_hooks()
+        for key, st in ckpt.get("hooks", {}).items():
+            if key in hooks:
+                hooks[key].load_state_dict(st)
+        self.message_hub.load_state_dict(ckpt.get("message_hub", {}))
+        rng = ckpt.get("rng") or []
+        if len(rng) == self.world_size:
+            set_rng_state(rng[self.rank])
+        self.call_hook("after_load_checkpoint", checkpoint=ckpt)
+        self.logger.info(f"Resumed from {path} at iteration {loop.iter} (epoch {loop.epoch}).")
+
+    def _load_or_resume(self, weights_only: bool = False) -> None:
+        """Apply ``resume`` / ``load_from`` from the config, once."""
+        if self._resumed:
+            return
+        self._resumed = True
+        resume, load_from = self.cfg.get("resume"), self.cfg.get("load_from")
+        if resume and not weights_only:
+            path = resume if isinstance(resume, str) else self._find_resumable()
+            if path is not None:
+                self.resume(path)
+                return
+            self.logger.info(f"resume: no complete checkpoint in {self.work_dir}; starting fresh.")
+        if load_from:
+            self.load_checkpoint(load_from)
+
+    def _find_resumable(self) -> str | None:
+        from libai.checkpoint import find_resumable
+
+        return find_resumable(self.work_dir, logger=self.logger)

@@ -1,0 +1,95 @@
+"""Process environment for a run: distributed init, device, seeds, work dir, environment summary."""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from libai.utils import dist
+from libai.utils.errors import ConfigError
+from libai.utils.suggest import did_you_mean
+
+__all__ = ["init_distributed", "select_device", "seed_everything", "make_run_dir", "env_summary"]
+
+
+def init_distributed(env_cfg: dict) -> None:
+    """Join the process group when launched by torchrun (no-op for a single process)."""
+    if dist.launched_by_torchrun():
+        dist.init_dist(backend=env_cfg.get("dist_backend"), timeout_s=env_cfg.get("dist_timeout", 1800))
+
+
+def select_device(device: str | None) -> torch.device:
+    """'auto' (default) picks CUDA when present, else CPU; under torchrun, the local rank's GPU."""
+    device = device or "auto"
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda", "mps") and not device.startswith("cuda:"):
+        raise ConfigError(f"device={device!r} is not one of 'auto', 'cpu', 'cuda', 'cuda:N', 'mps'.")
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("device='cuda' but CUDA is not available here; use device='auto' or 'cpu'.")
+        return torch.device("cuda", dist.get_local_rank() % torch.cuda.device_count())
+    return torch.device(device)
+
+
+_RANDOMNESS_KEYS = ("seed", "deterministic", "diff_rank_seed")
+
+
+def seed_everything(randomness: dict) -> int:
+    """Seed python, numpy and torch; return the seed used (drawn and shared if none is set).
+
+    ``randomness=dict(seed=None, deterministic=False, diff_rank_seed=False)``: with
+    ``diff_rank_seed`` each rank uses ``seed + rank``; ``deterministic`` asks torch for
+    deterministic kernels (slower on GPU).
+    """
+    for key in randomness:
+        if key not in _RANDOMNESS_KEYS:
+            raise ConfigError(f"Unknown key 'randomness.{key}'.{did_you_mean(key, _RANDOMNESS_KEYS)}")
+    seed = randomness.get("seed")
+    if seed is None:
+        seed = dist.broadcast_object(random.SystemRandom().randrange(2**31))
+    rank_seed = seed + dist.get_rank() if randomness.get("diff_rank_seed") else seed
+    random.seed(rank_seed)
+    np.random.seed(rank_seed % 2**32)
+    torch.manual_seed(rank_seed)
+    if randomness.get("deterministic"):
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+    return int(seed)
+
+
+def make_run_dir(work_dir: str) -> tuple[str, str]:
+    """Create ``work_dir/<timestamp>/`` (same timestamp on every rank); return (timestamp, path)."""
+    stamp = dist.broadcast_object(time.strftime("%Y%m%d_%H%M%S"))
+    log_dir = os.path.join(work_dir, stamp)
+    if dist.is_main_process():
+        os.makedirs(log_dir, exist_ok=True)
+    dist.barrier()
+    return stamp, log_dir
+
+
+def env_summary(device: torch.device, seed: int, extra: dict[str, Any] | None = None) -> str:
+    """A few lines for the top of the log: versions, device, world size, seed."""
+    from libai.version import __version__
+
+    lines = {
+        "libai": __version__,
+        "python": sys.version.split()[0] + f" ({platform.platform()})",
+        "torch": torch.__version__,
+        "device": str(device) + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""),
+        "world size": dist.get_world_size(),
+        "CPU threads": torch.get_num_threads(),
+        "seed": seed,
+    }
+    lines.update(extra or {})
+    width = max(map(len, lines))
+    return "Environment:\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in lines.items())

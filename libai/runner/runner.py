@@ -1,0 +1,280 @@
+"""The Runner: builds the parts of a run from a config and drives train / val / test.
+
+What it assumes: a config with the keys in ``build.TOP_LEVEL_KEYS``; a model following the contract
+in docs/design.md. Escape hatches: a custom loop (``train_cfg=dict(type='MyLoop')``), a custom
+``train_step`` on the model, hooks for side work, or your own loop calling the parts directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from torch import nn
+
+from libai.model import compile_model, wrap_ddp
+from libai.model import test_step as default_eval_step
+from libai.model import train_step as default_train_step
+from libai.registry import RUNNERS
+from libai.utils import dist
+from libai.utils.errors import ConfigError
+from libai.utils.message_hub import MessageHub
+
+from . import build, env
+from .checkpointing import CheckpointMixin
+
+__all__ = ["Runner"]
+
+
+@RUNNERS.register_module()
+class Runner(CheckpointMixin):
+    """Builds everything from ``cfg`` (lazily: a test-only run never builds the optimizer).
+
+    Args:
+        cfg: A :class:`libai.config.Config` or a plain dict. It is validated and frozen.
+        fast_dev_run: Run only this many train iterations and eval batches, save nothing.
+            Defaults to 0 (off).
+    """
+
+    def __init__(self, cfg: Any, fast_dev_run: int = 0) -> None:
+        from libai.config import Config
+
+        cfg = cfg if isinstance(cfg, Config) else Config(dict(cfg))
+        build.validate_top_level(cfg)
+        cfg.freeze()
+        self.cfg = cfg
+        self.fast_dev_run = int(fast_dev_run)
+        self.should_stop = False
+        self.message_hub = MessageHub()
+
+        env.init_distributed(dict(cfg.get("env_cfg") or {}))
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.device = env.select_device(cfg.get("device"))
+        randomness = dict(cfg.get("randomness") or {})
+        self.seed = env.seed_everything(randomness)
+        self._diff_rank_seed = bool(randomness.get("diff_rank_seed"))
+        self.work_dir = os.path.abspath(cfg.get("work_dir") or "work_dirs/default")
+        self.timestamp, self.log_dir = env.make_run_dir(self.work_dir)
+        self.experiment_name = cfg.get("experiment_name") or _config_name(cfg)
+        self.logger = self._make_logger()
+        self.logger.info(env.env_summary(self.device, self.seed, {"work dir": self.log_dir}))
+        if dist.is_main_process():
+            cfg.dump(os.path.join(self.log_dir, "config.py"))
+
+        self.unwrapped_model = build.build_model(cfg.model).to(self.device)
+        self.model = self._wrap(self.unwrapped_model)
+        self.hooks = build.build_hooks(self._default_hooks(), cfg.get("default_hooks"), cfg.get("custom_hooks"))
+        self._stage_hooks = _index_hooks(self.hooks)
+        self.logger.info(self.hook_order_text())
+        self._optim_wrapper = None
+        self._param_schedulers = None
+        self._train_loop = None
+        self._loops: dict[str, Any] = {}
+
+    @classmethod
+    def from_cfg(cls, cfg: Any, **kwargs: Any) -> Runner:
+        """Build a runner from a Config or dict (see the class docstring)."""
+        return cls(cfg, **kwargs)
+
+    # ------------------------------------------------------------------ set-up helpers
+    def _make_logger(self) -> logging.Logger:
+        from libai.utils.logging import get_logger
+
+        log_file = os.path.join(self.log_dir, f"{self.timestamp}.log") if dist.is_main_process() else None
+        return get_logger("libai", log_file=log_file, level=self.cfg.get("log_level") or "INFO", rank=self.rank)
+
+    def _wrap(self, model: nn.Module) -> nn.Module:
+        if dist.is_distributed():
+            model = wrap_ddp(model, self.device, **dict(self.cfg.get("model_wrapper_cfg") or {}))
+        return compile_model(model, self.cfg.get("compile") or False)
+
+    def _default_hooks(self) -> dict:
+        from libai.hooks import DEFAULT_HOOKS
+
+        hooks = {k: dict(v) for k, v in DEFAULT_HOOKS.items()}
+        if self.fast_dev_run:
+            hooks.pop("checkpoint", None)
+        return hooks
+
+    def hook_order_text(self) -> str:
+        """The hooks called at each stage, in order (printed at start-up)."""
+        lines = ["Hooks, in call order per stage:"]
+        for stage, hooks in self._stage_hooks.items():
+            names = ", ".join(f"{type(h).__name__}({h.priority})" for h in hooks)
+            lines.append(f"  {stage:<24} {names}")
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------------- parts
+    @property
+    def train_loop(self) -> Any:
+        if self._train_loop is None:
+            if self.cfg.get("train_dataloader") is None or self.cfg.get("train_cfg") is None:
+                raise ConfigError("Training needs 'train_dataloader' and 'train_cfg' in the config.")
+            loader = self._build_loader(self.cfg.train_dataloader, "train_dataloader")
+            self._train_loop = build.build_loop(self.cfg.train_cfg, "IterBasedTrainLoop", "train_cfg",
+                                                runner=self, dataloader=loader)
+        return self._train_loop
+
+    @property
+    def train_dataloader(self) -> Any:
+        return self.train_loop.dataloader
+
+    @property
+    def val_loop(self) -> Any:
+        return self._eval_loop("val")
+
+    @property
+    def test_loop(self) -> Any:
+        return self._eval_loop("test")
+
+    def _eval_loop(self, stage: str) -> Any:
+        if stage not in self._loops:
+            loader_cfg = self.cfg.get(f"{stage}_dataloader")
+            if loader_cfg is None:
+                self._loops[stage] = None
+            else:
+                loaders, evaluators = build.build_eval_sets(
+                    loader_cfg, self.cfg.get(f"{stage}_evaluator"), stage, self._build_loader)
+                self._loops[stage] = build.build_loop(
+                    self.cfg.get(f"{stage}_cfg"), "ValLoop" if stage == "val" else "TestLoop",
+                    f"{stage}_cfg", runner=self, dataloader=loaders, evaluator=evaluators)
+        return self._loops[stage]
+
+    def _build_loader(self, cfg: Any, section: str) -> Any:
+        return build.build_loader(cfg, section, self.seed, self.world_size, self.rank, self._diff_rank_seed)
+
+    @property
+    def optim_wrapper(self) -> Any:
+        if self._optim_wrapper is None:
+            from libai.optim import build_optim_wrapper
+
+            if self.cfg.get("optim_wrapper") is None:
+                raise ConfigError("Training needs 'optim_wrapper', e.g. optim_wrapper=dict("
+                                  "optimizer=dict(type='AdamW', lr=1e-3)).")
+            self._optim_wrapper = build_optim_wrapper(self.unwrapped_model, self.cfg.optim_wrapper)
+            self._optim_wrapper.register_after_backward(lambda: self.call_hook("after_backward"))
+        return self._optim_wrapper
+
+    @property
+    def param_schedulers(self) -> list:
+        if self._param_schedulers is None:
+            from libai.optim import build_param_schedulers
+
+            cfg = self.cfg.get("param_scheduler") or []
+            cfg = [cfg] if isinstance(cfg, dict) else list(cfg)
+            loop = self.train_loop
+            self._param_schedulers = build_param_schedulers(
+                cfg, self.optim_wrapper.optimizer, max_iters=loop.max_iters,
+                epoch_length=loop.iters_per_epoch)
+        return self._param_schedulers
+
+    # ----------------------------------------------------------------- loop position
+    @property
+    def iter(self) -> int:
+        return self._train_loop.iter if self._train_loop is not None else 0
+
+    @property
+    def epoch(self) -> int:
+        return self._train_loop.epoch if self._train_loop is not None else 0
+
+    @property
+    def max_iters(self) -> int:
+        return self.train_loop.max_iters
+
+    @property
+    def max_epochs(self) -> int | None:
+        return self.train_loop.max_epochs
+
+    def limit_iters(self, max_iters: int) -> int:
+        """Iterations a train loop really runs (fewer under ``fast_dev_run``)."""
+        return min(max_iters, self.iter + self.fast_dev_run) if self.fast_dev_run else max_iters
+
+    def limit_batches(self, num_batches: int) -> int:
+        """Batches an eval loop really runs (fewer under ``fast_dev_run``)."""
+        return min(num_batches, self.fast_dev_run) if self.fast_dev_run else num_batches
+
+    # ------------------------------------------------------------------------- steps
+    def run_train_step(self, data: Any) -> dict:
+        """One training step; the model's own ``train_step`` wins over the default."""
+        model = self.unwrapped_model
+        step = getattr(model, "train_step", None)
+        if step is not None:
+            return step(data, self.optim_wrapper, forward=self.model)
+        return default_train_step(model, data, self.optim_wrapper, forward=self.model)
+
+    def run_eval_step(self, data: Any) -> Any:
+        model = self.unwrapped_model
+        step = getattr(model, "val_step", None)
+        if step is not None:
+            return step(data, forward=self.model)
+        return default_eval_step(model, data, forward=self.model)
+
+    def call_hook(self, stage: str, **kwargs: Any) -> None:
+        """Call ``stage`` on every hook that overrides it, in priority order."""
+        for hook in self._stage_hooks.get(stage, ()):
+            getattr(hook, stage)(self, **kwargs)
+
+    # ------------------------------------------------------------------- entry points
+    def train(self) -> nn.Module:
+        """Train as ``train_cfg`` says, validating on the way; returns the trained model."""
+        loop = self.train_loop
+        self.param_schedulers  # noqa: B018 - build before resume so their state can load
+        self._log_derived(loop)
+        self.call_hook("before_run")
+        try:
+            self._load_or_resume()
+            self.optim_wrapper.initialize_count_status(self.model, loop.iter, loop.max_iters)
+            loop.run()
+        finally:
+            self.call_hook("after_run")
+        return self.unwrapped_model
+
+    def val(self) -> dict[str, float]:
+        """Validate once; returns the metrics."""
+        return self._evaluate("val")
+
+    def test(self) -> dict[str, float]:
+        """Test once; returns the metrics."""
+        return self._evaluate("test")
+
+    def _evaluate(self, stage: str) -> dict[str, float]:
+        loop = self._eval_loop(stage)
+        if loop is None:
+            raise ConfigError(f"{stage}() needs '{stage}_dataloader' and '{stage}_evaluator' in the config.")
+        self.call_hook("before_run")
+        try:
+            self._load_or_resume(weights_only=True)
+            return loop.run()
+        finally:
+            self.call_hook("after_run")
+
+    def _log_derived(self, loop: Any) -> None:
+        """Values derived from the config: logged, never written back into it."""
+        loader = loop.dataloader
+        acc = getattr(self.optim_wrapper, "accumulative_counts", 1)
+        batch = getattr(loader, "batch_size", None) or 0
+        self.logger.info(
+            f"Derived: iterations per epoch {loop.iters_per_epoch}, max iterations {loop.max_iters}"
+            + (f", max epochs {loop.max_epochs}" if loop.max_epochs else "")
+            + f", effective batch size {batch} x {self.world_size} process(es) x {acc} accumulation "
+            f"= {batch * self.world_size * acc}"
+        )
+
+
+def _index_hooks(hooks: list) -> dict[str, list]:
+    """Per stage, the hooks that override it: a stage no hook uses costs nothing per iteration."""
+    from libai.hooks.hook import STAGES, Hook
+
+    return {
+        stage: [h for h in hooks if getattr(type(h), stage) is not getattr(Hook, stage)]
+        for stage in STAGES
+        if any(getattr(type(h), stage) is not getattr(Hook, stage) for h in hooks)
+    }
+
+
+def _config_name(cfg: Any) -> str:
+    name = getattr(cfg, "filename", None)
+    return os.path.splitext(os.path.basename(name))[0] if name else "experiment"
+
+

@@ -1,0 +1,61 @@
+"""Train a model from a config file.
+
+    python tools/train.py configs/digits_mlp.py [--work-dir DIR] [--amp] [--resume [PATH]]
+        [--load-from PATH] [--fast-dev-run] [--cfg-options key=value ...] [--debug]
+
+Under torchrun (``torchrun --nproc_per_node 2 tools/train.py CONFIG``) each process trains one
+shard with DistributedDataParallel.
+"""
+
+import argparse
+
+import torch
+
+from libai.config import Config, add_cfg_options_argument
+from libai.runner import Runner
+from libai.utils.cli import run_cli
+from libai.utils.dist import destroy_dist
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description="Train a model from a libai config.")
+    parser.add_argument("config", help="config file (.py, .yaml or .json)")
+    parser.add_argument("--work-dir", help="folder for logs and checkpoints (overrides work_dir)")
+    parser.add_argument("--amp", action="store_true",
+                        help="mixed precision: float16 on CUDA, bfloat16 on CPU")
+    parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="PATH",
+                        help="resume from the latest checkpoint in the work dir, or from PATH")
+    parser.add_argument("--load-from", metavar="PATH", help="load weights only (no resume)")
+    parser.add_argument("--fast-dev-run", nargs="?", const=2, type=int, default=0, metavar="N",
+                        help="run N (default 2) train iterations and eval batches; save nothing")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
+    add_cfg_options_argument(parser)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cfg = Config.fromfile(args.config)
+    cfg.merge_from_options(args.cfg_options or {})
+    if args.work_dir:
+        cfg.work_dir = args.work_dir
+    if args.amp:
+        wrapper = dict(cfg.optim_wrapper)
+        wrapper["type"] = "AmpOptimWrapper"
+        wrapper.setdefault("dtype", "float16" if torch.cuda.is_available() else "bfloat16")
+        cfg.optim_wrapper = wrapper
+    if args.resume is not None:
+        cfg.resume = args.resume
+    if args.load_from:
+        cfg.load_from = args.load_from
+    runner = Runner.from_cfg(cfg, fast_dev_run=args.fast_dev_run)
+    try:
+        runner.train()
+        if runner.test_loop is not None and not args.fast_dev_run:
+            runner.test()
+    finally:
+        destroy_dist()
+
+
+if __name__ == "__main__":
+    run_cli(main)

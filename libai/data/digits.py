@@ -56,7 +56,9 @@ def load_digits_array() -> np.ndarray:
         try:
             from sklearn.datasets import load_digits  # slow import, only as a fallback
         except ImportError as e:
-            raise DataError(f"DigitsDataset could not import scikit-learn ({e}): {_INSTALL}.") from e
+            raise DataError(
+                f"DigitsDataset could not import scikit-learn ({e}): {_INSTALL}."
+            ) from e
         bunch = load_digits()
         return np.concatenate([bunch.data, bunch.target[:, None]], axis=1).astype(np.int64)
     try:
@@ -129,7 +131,8 @@ class DigitsDataset(Dataset):
         self.normalize = normalize
         self.transform = build_transform(transform)
         data = load_digits_array()
-        rows = data[_split_indices(len(data), split, val_ratio, test_ratio)]
+        self.indices = _split_indices(len(data), split, val_ratio, test_ratio)  # rows of the file
+        rows = data[self.indices]
         if len(rows) == 0:
             raise DataError(
                 f"DigitsDataset: split '{split}' is empty with val_ratio={val_ratio}, "

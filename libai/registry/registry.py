@@ -138,7 +138,13 @@ class Registry:
             if not reg._imported:
                 reg._imported = True
                 for loc in reg.locations:
-                    importlib.import_module(loc)
+                    try:
+                        importlib.import_module(loc)
+                    except ImportError as e:
+                        raise RegistryError(
+                            f"Registry '{reg.name}' could not import '{loc}', the module that "
+                            f"registers its entries: {e}"
+                        ) from e
             reg = reg.parent
 
     def _lookup(self, name: str) -> Any:

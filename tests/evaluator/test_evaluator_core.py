@@ -37,17 +37,31 @@ def feed(metric, indices, batch_size=3):
 
 
 # ------------------------------------------------------------------------ single process
-def test_evaluate_truncates_padding_and_clears_results():
+def test_evaluate_single_process_keeps_order_and_clears_results():
     metric = RecordIndex()
-    feed(metric, list(range(10)) + [0, 1])  # 10 samples + 2 repeated as padding
-    with pytest.raises(DataError, match="one entry per sample"):
-        # padding is smaller than the world size (1 here): 2 extra results break the contract
-        RecordIndex().evaluate(0) if False else metric.evaluate(10)
-    metric.results = []
-    feed(metric, list(range(10)) + [0])
+    feed(metric, list(range(10)))
     assert metric.evaluate(10) == {"count": 10.0}
     assert metric.seen == list(range(10))
     assert metric.results == []
+
+
+def test_evaluate_rejects_more_extra_results_than_padding_allows():
+    # one process: no padding possible, so an extra result means process() broke the contract
+    metric = RecordIndex()
+    feed(metric, list(range(10)) + [0])
+    with pytest.raises(DataError, match="one entry per sample"):
+        metric.evaluate(10)
+
+
+def test_evaluate_drops_sampler_padding(monkeypatch):
+    size, world_size = 9, 4  # padded to 12: indices 0, 1, 2 are repeated at the end
+    shares = sampler_split(size, world_size)
+    assert sum(map(len, shares)) == 12
+    monkeypatch.setattr(dist_utils, "get_world_size", lambda: world_size)
+    monkeypatch.setattr(dist_utils, "all_gather_object", lambda obj: shares)
+    metric = RecordIndex()
+    assert metric.evaluate(size) == {"count": 9.0}
+    assert metric.seen == list(range(size))
 
 
 def test_evaluate_warns_when_results_are_missing():
@@ -139,7 +153,8 @@ def test_evaluator_merges_metrics_from_dicts_and_instances():
     for batch, outputs in two_batches():
         evaluator.process(batch, outputs)
     res = evaluator.evaluate(4)
-    assert res == {"accuracy": 0.75, "auc": 0.75, "b/accuracy": 0.75}
+    # AUC: positives score 3.0 and 0.0, negatives 1.0 and 0.1 -> 2 of 4 pairs ordered
+    assert res == {"accuracy": 0.75, "auc": 0.5, "b/accuracy": 0.75}
 
 
 def test_evaluator_duplicate_key_names_both_metrics():

@@ -1,0 +1,71 @@
+"""RuntimeInfoHook: keeps the message hub's view of the run (iteration, epoch, metrics) current."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from libai.registry import HOOKS
+
+from .hook import Hook
+
+__all__ = ["RuntimeInfoHook"]
+
+
+@HOOKS.register_module()
+class RuntimeInfoHook(Hook):
+    """Write the loop position and the validation metrics into ``runner.message_hub``.
+
+    ``message_hub.info`` gets ``iter`` (completed train iterations), ``epoch`` (0-based current
+    epoch), ``max_iters`` and ``max_epochs``. After each validation or test set, its metrics (for
+    example ``val/accuracy``) are recorded as message-hub scalars at step ``runner.iter``, so
+    that any hook can read the latest value with ``message_hub.latest(name)``.
+
+    It runs first among the built-in hooks (priority VERY_HIGH) so that the others see fresh
+    values. Per-iteration cost: two dict assignments.
+    """
+
+    priority = "VERY_HIGH"
+
+    def _update_limits(self, runner: Any) -> None:
+        hub = runner.message_hub
+        hub.update_info("max_iters", runner.max_iters)
+        hub.update_info("max_epochs", runner.max_epochs)
+        hub.update_info("iter", runner.iter)
+        hub.update_info("epoch", runner.epoch)
+
+    def before_run(self, runner: Any) -> None:
+        self._update_limits(runner)
+
+    def before_train(self, runner: Any) -> None:
+        # the limits may only be known once the train loop is built (or a checkpoint resumed)
+        self._update_limits(runner)
+
+    def before_train_epoch(self, runner: Any) -> None:
+        runner.message_hub.update_info("epoch", runner.epoch)
+
+    def before_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
+        runner.message_hub.update_info("iter", runner.iter)
+
+    def after_train_iter(
+        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+    ) -> None:
+        runner.message_hub.update_info("iter", runner.iter + 1)
+
+    def after_train(self, runner: Any) -> None:
+        self._update_limits(runner)
+
+    def after_val_epoch(self, runner: Any, metrics: Mapping[str, Any] | None = None) -> None:
+        self._store(runner, metrics)
+
+    def after_test_epoch(self, runner: Any, metrics: Mapping[str, Any] | None = None) -> None:
+        self._store(runner, metrics)
+
+    @staticmethod
+    def _store(runner: Any, metrics: Mapping[str, Any] | None) -> None:
+        for name, value in (metrics or {}).items():
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                continue  # a non-scalar result (a confusion matrix...) is not a scalar to track
+            runner.message_hub.update_scalar(name, value, step=runner.iter)

@@ -1,0 +1,238 @@
+"""Build an optim wrapper from ``cfg.optim_wrapper`` and a model.
+
+::
+
+    optim_wrapper = dict(
+        type="OptimWrapper",                       # or "AmpOptimWrapper"
+        optimizer=dict(type="AdamW", lr=1e-3, weight_decay=0.01),
+        paramwise_cfg=dict(bias_decay_mult=0.0, norm_decay_mult=0.0,
+                           custom_keys={"head": dict(lr_mult=10.0, decay_mult=0.0)}),
+        clip_grad=dict(type="norm", max_norm=1.0),
+        accumulative_counts=1,
+        constructor="DefaultOptimWrapperConstructor",  # optional
+    )
+
+A custom constructor is any class in OPTIM_WRAPPER_CONSTRUCTORS taking
+``(optim_wrapper_cfg, paramwise_cfg=None)`` whose instances are called with the model.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from torch import nn
+
+from libai.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS, OPTIMIZERS
+from libai.utils.errors import ConfigError
+from libai.utils.suggest import closest, did_you_mean
+
+from ._build import build_unwrapped
+from .optim_wrapper import OptimWrapper
+
+__all__ = ["DefaultOptimWrapperConstructor", "build_optim_wrapper"]
+
+NORM_LAYERS: tuple[type[nn.Module], ...] = (
+    nn.modules.batchnorm._BatchNorm,
+    nn.LayerNorm,
+    nn.GroupNorm,
+    nn.modules.instancenorm._InstanceNorm,
+    nn.LocalResponseNorm,
+) + ((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ())
+
+_PARAMWISE_KEYS = ("bias_lr_mult", "bias_decay_mult", "norm_decay_mult", "custom_keys")
+_CUSTOM_KEY_OPTIONS = ("lr_mult", "decay_mult")
+
+
+def _check_paramwise_cfg(cfg: Mapping[str, Any]) -> None:
+    for key in cfg:
+        if key not in _PARAMWISE_KEYS:
+            raise ConfigError(
+                f"optim_wrapper.paramwise_cfg has an unknown key {key!r}."
+                f"{did_you_mean(str(key), _PARAMWISE_KEYS)} Valid keys: "
+                f"{', '.join(_PARAMWISE_KEYS)}."
+            )
+    custom = cfg.get("custom_keys") or {}
+    if not isinstance(custom, Mapping):
+        raise ConfigError(
+            f"optim_wrapper.paramwise_cfg.custom_keys must map a name substring to "
+            f"dict(lr_mult=..., decay_mult=...), got {type(custom).__name__}."
+        )
+    for name, opts in custom.items():
+        bad = [k for k in (opts or {}) if k not in _CUSTOM_KEY_OPTIONS]
+        if not isinstance(opts, Mapping) or bad:
+            hint = did_you_mean(str(bad[0]), _CUSTOM_KEY_OPTIONS) if bad else ""
+            raise ConfigError(
+                f"optim_wrapper.paramwise_cfg.custom_keys[{name!r}] must be a dict with keys "
+                f"among {', '.join(_CUSTOM_KEY_OPTIONS)}, got {opts!r}.{hint}"
+            )
+
+
+def _signature_default(optimizer_cls: Any, name: str) -> Any:
+    try:
+        param = inspect.signature(optimizer_cls).parameters.get(name)
+    except (TypeError, ValueError):
+        return None
+    if param is None or param.default is inspect.Parameter.empty:
+        return None
+    return param.default
+
+
+@OPTIM_WRAPPER_CONSTRUCTORS.register_module()
+class DefaultOptimWrapperConstructor:
+    """Builds the optimizer (with per-parameter options) and its wrapper.
+
+    ``paramwise_cfg`` sets per-parameter multipliers of the optimizer's ``lr`` and
+    ``weight_decay``:
+
+    - ``custom_keys``: ``{substring: dict(lr_mult=..., decay_mult=...)}``; a parameter whose
+      full name contains the substring gets these multipliers (the longest matching key wins)
+      and no other rule applies to it.
+    - ``bias_lr_mult`` / ``bias_decay_mult``: parameters named ``*.bias``.
+    - ``norm_decay_mult``: every parameter of a normalization layer (BatchNorm, LayerNorm,
+      GroupNorm, InstanceNorm, LocalResponseNorm, RMSNorm); it takes precedence over
+      ``bias_decay_mult`` for a norm layer's bias.
+
+    Parameters that end up with the same options share one group. Frozen parameters
+    (``requires_grad=False``) are left out of the optimizer.
+
+    Args:
+        optim_wrapper_cfg: The ``optim_wrapper`` config without ``paramwise_cfg`` and
+            ``constructor``; needs ``optimizer``.
+        paramwise_cfg: See above. Defaults to None (one group, the optimizer's options).
+
+    Raises:
+        ConfigError: ``optimizer`` is missing or ``paramwise_cfg`` has unknown keys.
+    """
+
+    def __init__(self, optim_wrapper_cfg: Mapping, paramwise_cfg: Mapping | None = None) -> None:
+        if not isinstance(optim_wrapper_cfg, Mapping) or "optimizer" not in optim_wrapper_cfg:
+            keys = sorted(optim_wrapper_cfg) if isinstance(optim_wrapper_cfg, Mapping) else []
+            raise ConfigError(
+                f"optim_wrapper needs an 'optimizer' key (keys given: {keys or 'none'}). Add e.g. "
+                f"optim_wrapper=dict(type='OptimWrapper', optimizer=dict(type='SGD', lr=0.01))."
+            )
+        self.optim_wrapper_cfg = dict(optim_wrapper_cfg)
+        self.optimizer_cfg = dict(self.optim_wrapper_cfg.pop("optimizer"))
+        self.paramwise_cfg = dict(paramwise_cfg or {})
+        _check_paramwise_cfg(self.paramwise_cfg)
+
+    def __call__(self, model: nn.Module) -> OptimWrapper:
+        """Build the optimizer over ``model``'s trainable parameters, then the wrapper."""
+        if self.paramwise_cfg:
+            params: Any = self.param_groups(model)
+        else:
+            params = [p for p in model.parameters() if p.requires_grad]
+        if not params:
+            raise ConfigError(
+                f"{type(model).__name__} has no trainable parameters (all have "
+                f"requires_grad=False): there is nothing to optimize."
+            )
+        optimizer = build_unwrapped(
+            OPTIMIZERS, self.optimizer_cfg, {"params": params}, "optim_wrapper.optimizer"
+        )
+        wrapper_cfg = {"type": "OptimWrapper", **self.optim_wrapper_cfg}
+        return build_unwrapped(OPTIM_WRAPPERS, wrapper_cfg, {"optimizer": optimizer}, "optim_wrapper")
+
+    def _base_values(self) -> tuple[float | None, float | None]:
+        """The optimizer's lr and weight_decay: from the config, else the class default."""
+        cls = OPTIMIZERS.get(self.optimizer_cfg.get("type"))
+        lr = self.optimizer_cfg.get("lr", _signature_default(cls, "lr"))
+        wd = self.optimizer_cfg.get("weight_decay", _signature_default(cls, "weight_decay"))
+        return lr, wd
+
+    def _multipliers(self, name: str, is_norm: bool, keys: list[str]) -> tuple[float, float]:
+        """(lr_mult, decay_mult) of the parameter called ``name``; ``keys`` longest first."""
+        for key in keys:
+            if key in name:
+                opts = self.paramwise_cfg["custom_keys"][key]
+                return float(opts.get("lr_mult", 1.0)), float(opts.get("decay_mult", 1.0))
+        cfg = self.paramwise_cfg
+        is_bias = name.endswith(".bias") or name == "bias"
+        lr_mult = float(cfg.get("bias_lr_mult", 1.0)) if is_bias else 1.0
+        decay_mult = 1.0
+        if is_norm and cfg.get("norm_decay_mult") is not None:
+            decay_mult = float(cfg["norm_decay_mult"])
+        elif is_bias and cfg.get("bias_decay_mult") is not None:
+            decay_mult = float(cfg["bias_decay_mult"])
+        return lr_mult, decay_mult
+
+    def param_groups(self, model: nn.Module) -> list[dict[str, Any]]:
+        """Parameter groups of ``model`` per ``paramwise_cfg``, identical options merged.
+
+        Raises:
+            ConfigError: a custom key matches no parameter name.
+        """
+        custom = self.paramwise_cfg.get("custom_keys") or {}
+        keys = sorted(custom, key=len, reverse=True)
+        base_lr, base_wd = self._base_values()
+        groups: dict[tuple, dict[str, Any]] = {}
+        seen: set[int] = set()
+        names: list[str] = []
+        for mod_name, module in model.named_modules():
+            is_norm = isinstance(module, NORM_LAYERS)
+            for p_name, param in module.named_parameters(recurse=False):
+                name = f"{mod_name}.{p_name}" if mod_name else p_name
+                names.append(name)
+                if id(param) in seen or not param.requires_grad:
+                    continue
+                seen.add(id(param))
+                lr_mult, decay_mult = self._multipliers(name, is_norm, keys)
+                options: dict[str, Any] = {}
+                if lr_mult != 1.0 and base_lr is not None:
+                    options["lr"] = base_lr * lr_mult
+                if decay_mult != 1.0 and base_wd is not None:
+                    options["weight_decay"] = base_wd * decay_mult
+                group = groups.setdefault(tuple(sorted(options.items())), {"params": [], **options})
+                group["params"].append(param)
+        self._check_custom_keys(keys, names, model)
+        return list(groups.values())
+
+    @staticmethod
+    def _check_custom_keys(keys: list[str], names: list[str], model: nn.Module) -> None:
+        for key in keys:
+            if any(key in n for n in names):
+                continue
+            module_names = [m for m, _ in model.named_modules() if m]
+            near = closest(key, module_names + names, n=5)
+            hint = (
+                f" Close names: {', '.join(repr(n) for n in near)}."
+                if near
+                else f" Some parameter names: {', '.join(repr(n) for n in names[:8])}."
+            )
+            raise ConfigError(
+                f"optim_wrapper.paramwise_cfg.custom_keys[{key!r}] matches no parameter of "
+                f"{type(model).__name__} (a key matches a parameter whose full name contains "
+                f"it).{hint}"
+            )
+
+
+def build_optim_wrapper(model: nn.Module, cfg: Mapping[str, Any]) -> OptimWrapper:
+    """Build the optim wrapper described by ``cfg`` (the ``optim_wrapper`` config) for ``model``.
+
+    Args:
+        model: The model to optimize (possibly DDP-wrapped; names then start with ``module.``).
+        cfg: ``dict(type=..., optimizer=..., paramwise_cfg=..., constructor=..., ...)``;
+            ``constructor`` defaults to "DefaultOptimWrapperConstructor". Not modified.
+
+    Returns:
+        The built wrapper.
+    """
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(
+            f"optim_wrapper must be a dict such as dict(type='OptimWrapper', "
+            f"optimizer=dict(type='SGD', lr=0.01)), got {type(cfg).__name__}."
+        )
+    wrapper_cfg = dict(cfg)
+    constructor_type = wrapper_cfg.pop("constructor", "DefaultOptimWrapperConstructor")
+    paramwise_cfg = wrapper_cfg.pop("paramwise_cfg", None)
+    constructor_cfg = {
+        "type": constructor_type,
+        "optim_wrapper_cfg": wrapper_cfg,
+        "paramwise_cfg": paramwise_cfg,
+    }
+    constructor = build_unwrapped(
+        OPTIM_WRAPPER_CONSTRUCTORS, constructor_cfg, None, "optim_wrapper.constructor"
+    )
+    return constructor(model)

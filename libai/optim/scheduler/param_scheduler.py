@@ -1,0 +1,254 @@
+"""The parameter scheduler contract: a pure function of the training iteration.
+
+A scheduler says, for every global iteration ``t``, by how much to multiply the initial value of
+one optimizer field (``param_name``: "lr", "momentum", "weight_decay" or any numeric group
+option)::
+
+    value(t) = initial_value * product of factor(t) over the schedulers of that field
+
+``factor(t)`` is 1.0 before ``begin`` and, from ``end`` on, stays at ``factor(end - 1)``.
+Schedulers hold no step counter, so resuming at iteration ``t`` is just ``apply(t)``. The
+initial value is read from the group the first time it is scheduled and kept in the group as
+``initial_<param_name>``, so it is saved with the optimizer state. ``param_name="momentum"``
+means ``betas[0]`` for Adam-like optimizers.
+
+The ParamSchedulerHook calls :func:`apply_schedulers` before every training iteration.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from libai.registry import PARAM_SCHEDULERS
+from libai.utils.errors import ConfigError
+from libai.utils.suggest import did_you_mean
+
+from .._build import build_unwrapped
+
+__all__ = ["ParamScheduler", "apply_schedulers", "build_param_schedulers"]
+
+
+class ParamScheduler:
+    """Base class: subclasses implement :meth:`_factor_at`, a function of ``t - begin``.
+
+    Args:
+        param_name: The optimizer group field to schedule. Defaults to "lr".
+        begin: First iteration (or epoch, if ``by_epoch``) of the window. Defaults to 0.
+        end: Iteration (or epoch) where the window ends, exclusive. Defaults to ``max_iters``
+            (the end of training; unbounded if that is unknown too).
+        by_epoch: Whether ``begin``, ``end`` and the scheduler's other durations are in epochs;
+            they are converted to iterations with ``epoch_length``, and the value then changes
+            every iteration. Defaults to False.
+        max_iters: Total training iterations, given by the builder. Defaults to None.
+        epoch_length: Iterations per epoch, given by the builder; needed if ``by_epoch``.
+            Defaults to None.
+
+    Raises:
+        ConfigError: a bad window, or ``by_epoch`` without ``epoch_length``.
+    """
+
+    def __init__(
+        self,
+        param_name: str = "lr",
+        begin: float = 0,
+        end: float | None = None,
+        by_epoch: bool = False,
+        max_iters: int | None = None,
+        epoch_length: int | None = None,
+        **unknown: Any,
+    ) -> None:
+        if unknown:
+            self._reject(next(iter(unknown)))
+        if by_epoch and not epoch_length:
+            raise ConfigError(
+                f"{type(self).__name__}(by_epoch=True) needs the number of iterations per epoch "
+                f"to convert epochs to iterations; build it with build_param_schedulers(..., "
+                f"epoch_length=len(train_dataloader)) or pass epoch_length."
+            )
+        self.param_name = param_name
+        self.by_epoch = bool(by_epoch)
+        self._epoch_length = epoch_length
+        self.begin = self._to_iters(begin, "begin")
+        self.end = self._to_iters(end, "end") if end is not None else max_iters
+        if self.end is not None and self.end <= self.begin:
+            raise ConfigError(
+                f"{type(self).__name__}: the window [begin, end) is empty (begin={self.begin}, "
+                f"end={self.end} iterations); end must be greater than begin."
+            )
+
+    def _reject(self, key: str) -> None:
+        valid = [
+            n
+            for cls in (type(self), ParamScheduler)
+            for n, p in inspect.signature(cls.__init__).parameters.items()
+            if n != "self" and p.kind is not p.VAR_KEYWORD
+        ]
+        raise ConfigError(
+            f"{type(self).__name__} got an unexpected argument {key!r}.{did_you_mean(key, valid)} "
+            f"Valid arguments: {', '.join(dict.fromkeys(valid))}."
+        )
+
+    def _to_iters(self, value: Any, name: str) -> int:
+        """Convert a duration or position given in the scheduler's unit to iterations."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ConfigError(
+                f"{type(self).__name__}.{name} must be a number >= 0, got {value!r}."
+            )
+        if self.by_epoch:
+            return int(round(value * self._epoch_length))
+        if value != int(value):
+            raise ConfigError(
+                f"{type(self).__name__}.{name}={value!r} is a fraction of an iteration; use an "
+                f"integer, or by_epoch=True to give it in epochs."
+            )
+        return int(value)
+
+    @property
+    def length(self) -> int | None:
+        """Number of iterations in the window (None if unbounded)."""
+        return None if self.end is None else self.end - self.begin
+
+    def _require_length(self, what: str) -> int:
+        if self.end is None:
+            raise ConfigError(
+                f"{type(self).__name__} needs a bounded window to compute {what}: set 'end', or "
+                f"build it with build_param_schedulers(..., max_iters=...)."
+            )
+        return self.end - self.begin
+
+    def factor(self, t: int) -> float:
+        """Multiplier of the initial value at global iteration ``t``."""
+        if t < self.begin:
+            return 1.0
+        if self.end is not None and t >= self.end:
+            t = self.end - 1
+        return self._factor_at(t - self.begin)
+
+    def _factor_at(self, i: int) -> float:
+        """The factor ``i`` iterations after ``begin`` (``0 <= i < length``)."""
+        raise NotImplementedError
+
+    def multiplier(self, t: int, initial: float, group_index: int) -> float:
+        """The factor for one group; schedulers with absolute values (eta_min) override it.
+
+        Args:
+            t: Global iteration.
+            initial: The group's initial value of ``param_name``.
+            group_index: Index of the group in the optimizer.
+        """
+        return self.factor(t)
+
+    def check(self, param_groups: Sequence[Mapping[str, Any]]) -> None:
+        """Validate against the optimizer at build time.
+
+        Raises:
+            ConfigError: a group lacks ``param_name``.
+        """
+        for group in param_groups:
+            _get_value(group, self.param_name, self)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The scheduler's configuration: it is a pure function, so that is all its state."""
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Nothing to restore for a pure scheduler: the config builds the same function."""
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.state_dict().items())
+        return f"{type(self).__name__}({args})"
+
+
+# ---------------------------------------------------------------------------- group fields
+def _uses_betas(group: Mapping[str, Any], name: str) -> bool:
+    return name == "momentum" and "momentum" not in group and "betas" in group
+
+
+def _get_value(group: Mapping[str, Any], name: str, scheduler: Any) -> float:
+    if _uses_betas(group, name):
+        return float(group["betas"][0])
+    if name not in group:
+        options = [k for k in group if k != "params" and not k.startswith("initial_")]
+        raise ConfigError(
+            f"{type(scheduler).__name__}: param_name={name!r} is not an option of the "
+            f"optimizer's parameter groups.{did_you_mean(name, options)} Group options: "
+            f"{', '.join(options)}."
+        )
+    value = group[name]
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(
+            f"{type(scheduler).__name__}: param_name={name!r} holds {value!r}, not a number; "
+            f"only numeric group options can be scheduled."
+        )
+    return float(value)
+
+
+def _set_value(group: dict[str, Any], name: str, value: float) -> None:
+    if _uses_betas(group, name):
+        group["betas"] = (value, *tuple(group["betas"])[1:])
+    elif isinstance(group[name], torch.Tensor):
+        group[name].fill_(value)  # tensor lr (capturable optimizers): keep the same tensor
+    else:
+        group[name] = value
+
+
+def apply_schedulers(optimizer: Any, schedulers: Sequence[ParamScheduler], t: int) -> None:
+    """Set every scheduled field of every parameter group to its value at iteration ``t``.
+
+    Args:
+        optimizer: A torch optimizer or an optim wrapper (anything with ``param_groups``).
+        schedulers: The schedulers; those of the same ``param_name`` multiply.
+        t: Global iteration about to be trained (0-based).
+    """
+    by_name: dict[str, list[ParamScheduler]] = {}
+    for s in schedulers:
+        by_name.setdefault(s.param_name, []).append(s)
+    for name, group_schedulers in by_name.items():
+        key = f"initial_{name}"
+        for index, group in enumerate(optimizer.param_groups):
+            if key not in group:
+                group[key] = _get_value(group, name, group_schedulers[0])
+            initial = group[key]
+            value = initial
+            for s in group_schedulers:
+                value *= s.multiplier(t, initial, index)
+            _set_value(group, name, value)
+
+
+def build_param_schedulers(
+    cfg_list: Mapping | Sequence[Mapping | ParamScheduler] | None,
+    optimizer: Any,
+    max_iters: int | None = None,
+    epoch_length: int | None = None,
+) -> list[ParamScheduler]:
+    """Build schedulers from config dicts and check them against the optimizer.
+
+    Args:
+        cfg_list: One config dict, a list of them (built schedulers pass through), or None.
+        optimizer: A torch optimizer or an optim wrapper.
+        max_iters: Total training iterations; the default ``end``. Defaults to None.
+        epoch_length: Iterations per epoch, for ``by_epoch=True``. Defaults to None.
+
+    Returns:
+        The schedulers, in config order.
+    """
+    if cfg_list is None:
+        return []
+    if isinstance(cfg_list, Mapping):
+        cfg_list = [cfg_list]
+    defaults = {"max_iters": max_iters, "epoch_length": epoch_length}
+    schedulers = []
+    for i, cfg in enumerate(cfg_list):
+        if isinstance(cfg, ParamScheduler):
+            scheduler = cfg
+        else:
+            scheduler = build_unwrapped(PARAM_SCHEDULERS, cfg, defaults, f"param_scheduler[{i}]")
+        scheduler.check(optimizer.param_groups)
+        schedulers.append(scheduler)
+    return schedulers

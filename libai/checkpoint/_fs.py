@@ -48,7 +48,7 @@ class _HashingWriter:
             self.error = e
             raise
         self._hash.update(data)
-        self.size += len(data) if not isinstance(data, memoryview) else data.nbytes
+        self.size += memoryview(data).nbytes
         return written
 
     def flush(self) -> None:
@@ -100,7 +100,11 @@ def describe_os_error(e: OSError) -> tuple[str, str]:
     return cause, fix
 
 
-def atomic_write(path: str | os.PathLike, write_fn: Callable[[BinaryIO], None]) -> WriteResult:
+def atomic_write(
+    path: str | os.PathLike,
+    write_fn: Callable[[BinaryIO], None],
+    before_replace: Callable[[], None] | None = None,
+) -> WriteResult:
     """Write a file atomically and durably.
 
     ``write_fn`` receives a binary file-like object (it has ``write`` and ``flush``) and writes the
@@ -111,6 +115,8 @@ def atomic_write(path: str | os.PathLike, write_fn: Callable[[BinaryIO], None]) 
     Args:
         path: Final file name. Its folder must exist.
         write_fn: Callable that writes the content into the given file object.
+        before_replace: Called after the new content is durable and just before it takes the
+            final name (e.g. to remove what described the old file). Defaults to None.
 
     Returns:
         The size and sha256 of the bytes written.
@@ -127,6 +133,8 @@ def atomic_write(path: str | os.PathLike, write_fn: Callable[[BinaryIO], None]) 
             on_disk = os.fstat(raw.fileno()).st_size
         if on_disk != writer.size:
             raise OSError(errno.EIO, f"wrote {writer.size} bytes but the file has {on_disk}")
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp, path)
         fsync_dir(path.parent)
     except BaseException as e:

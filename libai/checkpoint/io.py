@@ -64,13 +64,23 @@ def write_checked_state(state: dict[str, Any], path: str | os.PathLike) -> dict[
         raise CheckpointError(f"Cannot save checkpoint to '{path}': it is a folder.")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        # A stale manifest next to a file that is being replaced must not vouch for the new bytes.
-        manifest_path(path).unlink(missing_ok=True)
     except OSError as e:
         cause, fix = describe_os_error(e)
         raise CheckpointError(f"Could not write '{path}': {cause}. {fix}.") from e
-    written = atomic_write(path, lambda f: torch.save(state, f))
-    return write_manifest(path, written)
+
+    def drop_old_manifest() -> None:
+        # The old manifest must not vouch for the new bytes. It goes only once the new file is
+        # durable, so a failed write leaves an earlier checkpoint at this path complete.
+        manifest_path(path).unlink(missing_ok=True)
+
+    written = atomic_write(path, lambda f: torch.save(state, f), before_replace=drop_old_manifest)
+    try:
+        return write_manifest(path, written)
+    except CheckpointError as e:
+        raise CheckpointError(
+            f"Checkpoint '{path}' was written but its manifest was not, so it counts as "
+            f"incomplete and will not be resumed from. {e}"
+        ) from e
 
 
 def load_checkpoint(

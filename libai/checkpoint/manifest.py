@@ -138,7 +138,6 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any] | None:
     return fields
 
 
-
 def verify_checkpoint(path: str | os.PathLike, check_sha256: bool = True) -> dict[str, Any]:
     """Check that ``path`` exists, has a valid manifest and matches it.
 

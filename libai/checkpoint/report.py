@@ -15,8 +15,8 @@ def group_keys(keys: Iterable[str], max_lines: int = 12) -> list[str]:
     """Summarise parameter names as a few readable lines, grouped by prefix.
 
     Keys under a numbered container collapse at the first index: ``encoder.layers.0.fc.weight`` ...
-    ``encoder.layers.23.fc.bias`` become ``encoder.layers.* (48 keys)`` (``encoder.layers.5.*``
-    when only one index occurs). Other keys group by their parent module (``head.* (2 keys)``). A
+    ``encoder.layers.23.fc.bias`` become ``encoder.layers.* (48 keys; indices 0-23)``
+    (``encoder.layers.5.*`` when only one index occurs). Other keys group by their parent module (``head.* (2 keys)``). A
     group of one shows the key itself. When there are more than ``max_lines`` groups they merge by
     first name component, and the rest is cut with a count.
 
@@ -25,7 +25,7 @@ def group_keys(keys: Iterable[str], max_lines: int = 12) -> list[str]:
         max_lines: Most lines returned. Defaults to 12.
 
     Returns:
-        One string per group, e.g. ``"encoder.layers.* (48 keys)"``.
+        One string per group, e.g. ``"encoder.layers.* (48 keys; indices 0-23)"``.
     """
     keys = list(keys)
     lines = _group(keys, _stem)
@@ -60,14 +60,29 @@ def _group(keys: list[str], stem_of) -> list[str]:
         if len(group) == 1:
             lines.append(group[0])
             continue
+        count = f"{len(group)} keys"
+        tail = "*"
         if indexed:
             values = indices[(stem, indexed)]
-            tail = next(iter(values)) + ".*" if len(values) == 1 else "*"
-        else:
-            tail = "*"
+            if len(values) == 1:
+                tail = next(iter(values)) + ".*"
+            else:
+                count += f"; indices {_ranges(int(v) for v in values)}"
         label = f"{stem}.{tail}" if stem else tail
-        lines.append(f"{label} ({len(group)} keys)")
+        lines.append(f"{label} ({count})")
     return lines
+
+
+def _ranges(values: Iterable[int], max_runs: int = 6) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` -> ``"0-2, 5, 7-8"``."""
+    runs: list[list[int]] = []
+    for v in sorted(values):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    text = [str(a) if a == b else f"{a}-{b}" for a, b in runs[:max_runs]]
+    return ", ".join(text) + (", ..." if len(runs) > max_runs else "")
 
 
 def suggest_remap(missing: list[str], unexpected: list[str]) -> dict[str, str] | None:
@@ -93,7 +108,9 @@ def suggest_remap(missing: list[str], unexpected: list[str]) -> dict[str, str] |
             if prefixes:
                 for m_prefix in set(prefixes):
                     u_prefix = ".".join(parts[:i])
-                    votes[(u_prefix + "." if u_prefix else "", m_prefix + "." if m_prefix else "")] += 1
+                    votes[
+                        (u_prefix + "." if u_prefix else "", m_prefix + "." if m_prefix else "")
+                    ] += 1
                 break
     if not votes:
         return None
@@ -152,10 +169,7 @@ class LoadReport:
             lines.append(f"Unexpected in the checkpoint ({len(self.unexpected)}; ignored):")
             lines += [f"  {line}" for line in group_keys(self.unexpected)]
         if self.shape_mismatches:
-            lines.append(
-                f"Shape mismatch ({len(self.shape_mismatches)}; not loaded) "
-                "as key: checkpoint shape vs model shape:"
-            )
+            lines.append(f"Shape mismatch ({len(self.shape_mismatches)}; not loaded):")
             shown = self.shape_mismatches[:20]
             lines += [f"  {k}: checkpoint {_fmt(c)} vs model {_fmt(m)}" for k, c, m in shown]
             if len(self.shape_mismatches) > len(shown):

@@ -21,6 +21,8 @@ __all__ = ["check_state", "copy_state_to_host"]
 _LEAF_TYPES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
 _KEY_TYPES = (type(None), bool, int, float, str)
 _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+# .item() of these gives a Python number/str/bytes; of np.datetime64 it would give a datetime.
+_NUMPY_SCALARS = (np.number, np.bool_, np.str_, np.bytes_)
 _ALLOWED = (
     "tensors, numbers, strings, bytes, bools, None, torch.dtype/device/Size and "
     "lists/tuples/dicts of them"
@@ -107,7 +109,7 @@ class _Walker:
             return obj
         if type(obj) in _LEAF_TYPES:
             return obj
-        if isinstance(obj, np.generic):
+        if isinstance(obj, _NUMPY_SCALARS):
             return obj.item()
         if isinstance(obj, np.ndarray):
             raise self.fail(
@@ -140,7 +142,7 @@ class _Walker:
         return type(obj)(items)
 
     def key(self, key: Any, path: str) -> Any:
-        if isinstance(key, np.generic):
+        if isinstance(key, _NUMPY_SCALARS):
             key = key.item()
         if type(key) in _KEY_TYPES:
             return key

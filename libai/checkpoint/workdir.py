@@ -117,7 +117,9 @@ def list_checkpoints(work_dir: str | os.PathLike, complete_only: bool = False) -
     return sorted(found, key=lambda p: (_created(p), p.name))
 
 
-def find_resumable(work_dir: str | os.PathLike, logger: logging.Logger | None = None) -> Path | None:
+def find_resumable(
+    work_dir: str | os.PathLike, logger: logging.Logger | None = None
+) -> Path | None:
     """The checkpoint to resume from: the latest one if it verifies, else the newest that does.
 
     The file named by ``latest_checkpoint`` is verified against its manifest (size and sha256).
@@ -173,7 +175,9 @@ def _choose(work_dir: Path, logger: logging.Logger) -> Path | None:
     if skipped:
         head += f" Skipped incomplete or damaged checkpoints: {', '.join(skipped)}."
     if chosen is None:
-        logger.warning("%s No other complete checkpoint in '%s'; nothing to resume.", head, work_dir)
+        logger.warning(
+            "%s No other complete checkpoint in '%s'; nothing to resume.", head, work_dir
+        )
     else:
         logger.warning("%s Resuming from '%s' instead.", head, chosen)
     return chosen

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .config_dict import join_path
+from .config_dict import join_path, to_plain
 
 __all__ = ["MISSING", "diff", "diff_text"]
 
@@ -79,7 +79,7 @@ def _differs(a: Any, b: Any) -> bool:
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
+    text = repr(to_plain(value))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -8,6 +8,7 @@ registry accepts in place of the object.
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
@@ -37,6 +38,16 @@ class YamlDumper(yaml.SafeDumper):
 
 for _cls in (YamlLoader, YamlDumper):
     _cls.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_EXP, list("-+.0123456789"))
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    # PyYAML writes Unicode line breaks raw inside single quotes, and then reads them back as
+    # folded spaces; double quotes escape them (\N, \L, \P).
+    style = '"' if any(c in data for c in "\x85\u2028\u2029") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+YamlDumper.add_representer(str, _represent_str)
 
 
 def dotted_name(obj: Any) -> str:
@@ -120,7 +131,12 @@ class _PyWriter:
             return repr(dotted_name(value))
         if self.strict:
             to_serializable(value, path, strict=True)  # raises with the key path
-        return repr(value)
+        text = repr(value)
+        try:
+            ast.parse(text, mode="eval")
+        except SyntaxError:
+            return repr(text)  # e.g. "<object object at 0x...>": shown as a string
+        return text
 
     def _items(self, values: Any, path: str) -> list[str]:
         return [self.value(v, join_path(path, i)) for i, v in enumerate(values)]
@@ -137,7 +153,9 @@ class _PyWriter:
         if self.use_dict_call and all(is_identifier(k) for k in value):
             parts = [f"{k}={self.value(v, join_path(path, k))}" for k, v in value.items()]
             return "dict(" + ", ".join(parts) + ")"
-        parts = [f"{self.value(k, path)}: {self.value(v, join_path(path, k))}" for k, v in value.items()]
+        parts = [
+            f"{self.value(k, path)}: {self.value(v, join_path(path, k))}" for k, v in value.items()
+        ]
         return "{" + ", ".join(parts) + "}"
 
 
@@ -184,7 +202,11 @@ _YAPF_STYLE = {
 
 def format_python(source: str) -> str:
     """Format Python source with yapf (imported on first use)."""
+    from yapf.yapflib.errors import YapfError
     from yapf.yapflib.yapf_api import FormatCode
 
-    text, _ = FormatCode(source, style_config=_YAPF_STYLE)
+    try:
+        text, _ = FormatCode(source, style_config=_YAPF_STYLE)
+    except YapfError:  # source this module wrote should always parse; show it unformatted
+        return source
     return text

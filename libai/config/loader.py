@@ -210,7 +210,9 @@ def _read_data_file(path: Path) -> dict:
         else:
             data = yaml.load(text, Loader=YamlLoader)
     except json.JSONDecodeError as e:
-        raise ConfigError(f"invalid JSON in {path}, line {e.lineno} column {e.colno}: {e.msg}") from e
+        raise ConfigError(
+            f"invalid JSON in {path}, line {e.lineno} column {e.colno}: {e.msg}"
+        ) from e
     except yaml.YAMLError as e:
         raise ConfigError(f"invalid YAML in {path}: {e}") from e
     if data is None:
@@ -234,7 +236,9 @@ def _substitute(value: Any, base: ConfigDict | None, path: Path, where: str) -> 
         try:
             return copy.deepcopy(get_by_path(base, match.group(1)))
         except ConfigError as e:
-            raise ConfigError(f"{path}: '{where}' refers to {value}, which is missing: {e}") from None
+            raise ConfigError(
+                f"{path}: '{where}' refers to {value}, which is missing: {e}"
+            ) from None
     if isinstance(value, dict):
         return {k: _substitute(v, base, path, join_path(where, k)) for k, v in value.items()}
     if isinstance(value, list):
@@ -310,12 +314,12 @@ def _find_base_assignment(tree: ast.Module, path: Path) -> ast.Assign | ast.AnnA
             )
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         if len(targets) != 1 or stmt.value is None:
-                raise ConfigError(f"{path}, line {stmt.lineno}: write _base_ as `_base_ = [...]`")
-            if found is not None:
-                raise ConfigError(
-                    f"{path}: _base_ is assigned twice (lines {found.lineno} and {stmt.lineno})"
-                )
-            found = stmt
+            raise ConfigError(f"{path}, line {stmt.lineno}: write _base_ as `_base_ = [...]`")
+        if found is not None:
+            raise ConfigError(
+                f"{path}: _base_ is assigned twice (lines {found.lineno} and {stmt.lineno})"
+            )
+        found = stmt
     return found
 
 

@@ -179,7 +179,7 @@ def apply_options(cfg: MutableMapping, options: Sequence[str] | Mapping[str, Any
         try:
             set_by_path(cfg, path, value, add=add)
         except ConfigError as e:
-            raise ConfigError(f"--cfg-options {key}: {e}") from None
+            raise ConfigError(f"invalid --cfg-options: {e}") from None
 
 
 class DictAction(argparse.Action):

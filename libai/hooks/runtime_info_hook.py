@@ -27,19 +27,19 @@ class RuntimeInfoHook(Hook):
 
     priority = "VERY_HIGH"
 
-    def _update_limits(self, runner: Any) -> None:
-        hub = runner.message_hub
-        hub.update_info("max_iters", runner.max_iters)
-        hub.update_info("max_epochs", runner.max_epochs)
-        hub.update_info("iter", runner.iter)
-        hub.update_info("epoch", runner.epoch)
+    @staticmethod
+    def _update_position(runner: Any) -> None:
+        runner.message_hub.update_info("iter", runner.iter)
+        runner.message_hub.update_info("epoch", runner.epoch)
 
     def before_run(self, runner: Any) -> None:
-        self._update_limits(runner)
+        # not max_iters here: a test-only run has no train loop to ask
+        self._update_position(runner)
 
     def before_train(self, runner: Any) -> None:
-        # the limits may only be known once the train loop is built (or a checkpoint resumed)
-        self._update_limits(runner)
+        self._update_position(runner)  # after a resume
+        runner.message_hub.update_info("max_iters", runner.max_iters)
+        runner.message_hub.update_info("max_epochs", runner.max_epochs)
 
     def before_train_epoch(self, runner: Any) -> None:
         runner.message_hub.update_info("epoch", runner.epoch)
@@ -53,7 +53,7 @@ class RuntimeInfoHook(Hook):
         runner.message_hub.update_info("iter", runner.iter + 1)
 
     def after_train(self, runner: Any) -> None:
-        self._update_limits(runner)
+        self._update_position(runner)
 
     def after_val_epoch(self, runner: Any, metrics: Mapping[str, Any] | None = None) -> None:
         self._store(runner, metrics)

@@ -11,9 +11,7 @@ from libai.utils.errors import BuildError, ConfigError
 __all__ = ["build_unwrapped"]
 
 
-def build_unwrapped(
-    registry: Registry, cfg: Any, default_args: Mapping | None, path: str
-) -> Any:
+def build_unwrapped(registry: Registry, cfg: Any, default_args: Mapping | None, path: str) -> Any:
     """``registry.build``, but a ConfigError raised by the constructor reaches the caller as is.
 
     The registry wraps constructor errors in BuildError; a ConfigError already names the key

@@ -68,21 +68,22 @@ def _make_scaler(device_type: str, loss_scale: str | float | Mapping) -> torch.a
     if isinstance(loss_scale, (int, float)) and not isinstance(loss_scale, bool):
         if loss_scale <= 0:
             raise ConfigError(f"optim_wrapper.loss_scale must be > 0, got {loss_scale!r}.")
-        # A static scale: never grows nor shrinks; overflowing steps are still skipped.
+        # A fixed scale: it never grows; GradScaler cannot disable backoff, so an overflow
+        # still halves it (and skips that step) rather than skipping every later step.
         return torch.amp.GradScaler(
-            device_type, init_scale=float(loss_scale), growth_factor=1.0, backoff_factor=1.0
+            device_type, init_scale=float(loss_scale), growth_interval=2**31 - 1
         )
     if isinstance(loss_scale, Mapping):
         try:
             return torch.amp.GradScaler(device_type, **loss_scale)
-        except TypeError as e:
+        except (TypeError, AssertionError) as e:
             raise ConfigError(
                 f"optim_wrapper.loss_scale={dict(loss_scale)!r} is not valid for "
                 f"torch.amp.GradScaler: {e}. Valid keys: init_scale, growth_factor, "
-                f"backoff_factor, growth_interval."
+                f"backoff_factor (< 1), growth_interval (growth_factor > 1)."
             ) from e
     raise ConfigError(
-        f"optim_wrapper.loss_scale must be 'dynamic', a positive number (static scale) or a dict "
+        f"optim_wrapper.loss_scale must be 'dynamic', a positive number (fixed scale) or a dict "
         f"of torch.amp.GradScaler arguments, got {loss_scale!r}."
     )
 
@@ -94,7 +95,8 @@ class AmpOptimWrapper(OptimWrapper):
     Args:
         optimizer: The optimizer to drive.
         dtype: Autocast dtype, "float16" or "bfloat16". Defaults to "float16".
-        loss_scale: For float16: "dynamic", a number (static scale) or a dict of
+        loss_scale: For float16: "dynamic", a number (a scale that never grows; it still
+            halves on overflow) or a dict of
             ``torch.amp.GradScaler`` arguments. Ignored for bfloat16. Defaults to "dynamic".
         accumulative_counts: See :class:`OptimWrapper`. Defaults to 1.
         clip_grad: See :class:`OptimWrapper`. Defaults to None.

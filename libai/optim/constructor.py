@@ -133,7 +133,9 @@ class DefaultOptimWrapperConstructor:
             OPTIMIZERS, self.optimizer_cfg, {"params": params}, "optim_wrapper.optimizer"
         )
         wrapper_cfg = {"type": "OptimWrapper", **self.optim_wrapper_cfg}
-        return build_unwrapped(OPTIM_WRAPPERS, wrapper_cfg, {"optimizer": optimizer}, "optim_wrapper")
+        return build_unwrapped(
+            OPTIM_WRAPPERS, wrapper_cfg, {"optimizer": optimizer}, "optim_wrapper"
+        )
 
     def _base_values(self) -> tuple[float | None, float | None]:
         """The optimizer's lr and weight_decay: from the config, else the class default."""

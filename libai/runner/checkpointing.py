@@ -31,7 +31,7 @@ class CheckpointMixin:
         state = {
             "meta": {
                 "libai_version": __version__,
-                "torch_version": torch.__version__,
+                "torch_version": str(torch.__version__),
                 "time": time.strftime("%Y-%m-%d %H:%M:%S"),
                 "iter": self.iter,
                 "epoch": self.epoch,

@@ -46,9 +46,11 @@ class ParamScheduler:
         max_iters: Total training iterations, given by the builder. Defaults to None.
         epoch_length: Iterations per epoch, given by the builder; needed if ``by_epoch``.
             Defaults to None.
+        **unknown: Any other keyword is a typo: rejected with a did-you-mean ConfigError.
 
     Raises:
-        ConfigError: a bad window, or ``by_epoch`` without ``epoch_length``.
+        ConfigError: a bad window, an unknown argument, or ``by_epoch`` without
+            ``epoch_length``.
     """
 
     def __init__(
@@ -95,9 +97,7 @@ class ParamScheduler:
     def _to_iters(self, value: Any, name: str) -> int:
         """Convert a duration or position given in the scheduler's unit to iterations."""
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ConfigError(
-                f"{type(self).__name__}.{name} must be a number >= 0, got {value!r}."
-            )
+            raise ConfigError(f"{type(self).__name__}.{name} must be a number >= 0, got {value!r}.")
         if self.by_epoch:
             return int(round(value * self._epoch_length))
         if value != int(value):
@@ -120,13 +120,18 @@ class ParamScheduler:
             )
         return self.end - self.begin
 
-    def factor(self, t: int) -> float:
-        """Multiplier of the initial value at global iteration ``t``."""
+    def _local(self, t: int) -> int | None:
+        """``t - begin`` with ``t`` clipped to ``end - 1``; None before ``begin``."""
         if t < self.begin:
-            return 1.0
+            return None
         if self.end is not None and t >= self.end:
             t = self.end - 1
-        return self._factor_at(t - self.begin)
+        return t - self.begin
+
+    def factor(self, t: int) -> float:
+        """Multiplier of the initial value at global iteration ``t``."""
+        i = self._local(t)
+        return 1.0 if i is None else self._factor_at(i)
 
     def _factor_at(self, i: int) -> float:
         """The factor ``i`` iterations after ``begin`` (``0 <= i < length``)."""

@@ -1,0 +1,53 @@
+"""Checkpoint files: atomic saves with manifests, safe loads, resuming and weight-load reports.
+
+This package saves and loads dicts and files; it knows nothing of the runner or hooks. See
+``docs/checkpoint.md`` for the on-disk layout and the guarantees.
+"""
+
+from .async_saver import AsyncCheckpointSaver
+from .io import CHECKPOINT_SUFFIXES, load_checkpoint, save_checkpoint
+from .manifest import is_complete, manifest_path, read_manifest, verify_checkpoint
+from .model_state import (
+    RemapRules,
+    load_model_state,
+    model_state_for_saving,
+    strip_prefixes,
+)
+from .report import LoadReport, group_keys
+from .rng import get_rng_state, set_rng_state
+from .state import check_state, copy_state_to_host
+from .workdir import (
+    LATEST_NAME,
+    find_resumable,
+    list_checkpoints,
+    read_latest,
+    remove_checkpoint,
+    update_latest,
+)
+
+__all__ = [
+    "AsyncCheckpointSaver",
+    "CHECKPOINT_SUFFIXES",
+    "LATEST_NAME",
+    "LoadReport",
+    "RemapRules",
+    "check_state",
+    "copy_state_to_host",
+    "find_resumable",
+    "get_rng_state",
+    "group_keys",
+    "is_complete",
+    "list_checkpoints",
+    "load_checkpoint",
+    "load_model_state",
+    "manifest_path",
+    "model_state_for_saving",
+    "read_latest",
+    "read_manifest",
+    "remove_checkpoint",
+    "save_checkpoint",
+    "set_rng_state",
+    "strip_prefixes",
+    "update_latest",
+    "verify_checkpoint",
+]

@@ -1,0 +1,56 @@
+"""Hooks: side work at named points of the loops (logging, checkpoints, schedules, EMA ...).
+
+See docs/hooks.md. ``DEFAULT_HOOKS`` is what every runner starts from; a config changes an
+entry with ``default_hooks=dict(logger=dict(interval=10))``, removes one with
+``default_hooks=dict(checkpoint=None)`` and adds more with ``custom_hooks=[dict(type=...)]``.
+"""
+
+from __future__ import annotations
+
+from .checkpoint_hook import CheckpointHook
+from .dump import DumpPredictionsHook
+from .early_stopping_hook import EarlyStoppingHook
+from .ema_hook import EMAHook
+from .empty_cache_hook import EmptyCacheHook
+from .hook import PRIORITIES, STAGES, Hook, get_priority
+from .iter_timer_hook import IterTimerHook
+from .log_backends import BaseLogBackend, JsonlBackend, TensorboardBackend
+from .logger_hook import LoggerHook
+from .nonfinite_loss_hook import NonFiniteLossHook
+from .param_scheduler_hook import ParamSchedulerHook
+from .runtime_info_hook import RuntimeInfoHook
+from .sampler_seed_hook import DistSamplerSeedHook
+
+__all__ = [
+    "DEFAULT_HOOKS",
+    "PRIORITIES",
+    "STAGES",
+    "BaseLogBackend",
+    "CheckpointHook",
+    "DistSamplerSeedHook",
+    "DumpPredictionsHook",
+    "EMAHook",
+    "EarlyStoppingHook",
+    "EmptyCacheHook",
+    "Hook",
+    "IterTimerHook",
+    "JsonlBackend",
+    "LoggerHook",
+    "NonFiniteLossHook",
+    "ParamSchedulerHook",
+    "RuntimeInfoHook",
+    "TensorboardBackend",
+    "get_priority",
+]
+
+# The hooks of every run, by name. Config dicts, not instances: the runner copies and updates
+# them with the config's default_hooks before building.
+DEFAULT_HOOKS: dict[str, dict] = {
+    "runtime_info": dict(type="RuntimeInfoHook"),
+    "timer": dict(type="IterTimerHook"),
+    "logger": dict(type="LoggerHook", interval=50),
+    "param_scheduler": dict(type="ParamSchedulerHook"),
+    "checkpoint": dict(type="CheckpointHook", interval=-1, save_last=True),
+    "sampler_seed": dict(type="DistSamplerSeedHook"),
+    "nonfinite": dict(type="NonFiniteLossHook", policy="raise"),
+}

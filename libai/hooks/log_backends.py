@@ -1,0 +1,152 @@
+"""Where LoggerHook writes scalars: a JSON-lines file and TensorBoard event files.
+
+A backend is opened once per run with the run's log folder and, after a resume, the last
+iteration the restored state had reached: everything a previous attempt wrote *after* that step
+is dropped, so that curves neither repeat nor go backwards. Steps are train iterations (the
+number completed), for validation metrics too.
+
+To add a backend, subclass :class:`BaseLogBackend`, register it with
+``@LOG_BACKENDS.register_module()`` and list it in ``LoggerHook(backends=[dict(type=...)])``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+from libai.registry import LOG_BACKENDS
+
+__all__ = ["BaseLogBackend", "JsonlBackend", "TensorboardBackend", "default_backends"]
+
+_logger = logging.getLogger("libai")
+
+
+class BaseLogBackend:
+    """Interface of a scalar sink. Only rank 0 opens and writes backends."""
+
+    def open(self, log_dir: str, resume_step: int | None = None) -> None:
+        """Prepare to write into ``log_dir``.
+
+        Args:
+            log_dir: The run's log folder (exists).
+            resume_step: The step training resumes from; entries with a larger step that an
+                earlier attempt left behind must be dropped. Defaults to None (a fresh run).
+        """
+
+    def add_scalars(self, scalars: dict[str, float], step: int) -> None:
+        """Record ``{tag: value}`` at ``step``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement add_scalars")
+
+    def close(self) -> None:
+        """Flush and release files."""
+
+
+@LOG_BACKENDS.register_module()
+class JsonlBackend(BaseLogBackend):
+    """One JSON object per line: ``{"step": 120, "train/loss": 0.43, "train/lr": 0.001}``.
+
+    Each write is flushed, so the file is complete up to the last logged step even after a
+    crash. Reopened after a resume, the lines with ``step > resume_step`` are removed (the file is
+    rewritten through a temporary file and an atomic rename).
+
+    Args:
+        filename: File name inside the log folder. Defaults to 'scalars.jsonl'.
+    """
+
+    def __init__(self, filename: str = "scalars.jsonl") -> None:
+        self.filename = filename
+        self.path: str | None = None
+        self._file: Any = None
+
+    def open(self, log_dir: str, resume_step: int | None = None) -> None:
+        self.path = os.path.join(log_dir, self.filename)
+        if resume_step is not None and os.path.exists(self.path):
+            self._truncate(self.path, resume_step)
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    @staticmethod
+    def _truncate(path: str, resume_step: int) -> None:
+        kept, dropped = [], 0
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except ValueError:  # a line cut short by a crash
+                    dropped += 1
+                    continue
+                if isinstance(row, dict) and row.get("step", -1) <= resume_step:
+                    kept.append(line if line.endswith("\n") else line + "\n")
+                else:
+                    dropped += 1
+        if dropped:
+            tmp = f"{path}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.writelines(kept)
+            os.replace(tmp, path)
+
+    def add_scalars(self, scalars: dict[str, float], step: int) -> None:
+        if self._file is None:
+            raise RuntimeError("JsonlBackend.add_scalars called before open()")
+        self._file.write(json.dumps({"step": int(step), **scalars}) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+_tb_warned = False
+
+
+@LOG_BACKENDS.register_module()
+class TensorboardBackend(BaseLogBackend):
+    """TensorBoard event files, through ``torch.utils.tensorboard.SummaryWriter``.
+
+    After a resume the writer is created with ``purge_step=resume_step + 1``: TensorBoard then
+    hides what an earlier attempt logged past the resumed step. Without the ``tensorboard``
+    package this backend warns once and writes nothing.
+
+    Args:
+        dirname: Folder inside the log folder. Defaults to 'tensorboard'.
+    """
+
+    def __init__(self, dirname: str = "tensorboard") -> None:
+        self.dirname = dirname
+        self.log_dir: str | None = None
+        self._writer: Any = None
+
+    def open(self, log_dir: str, resume_step: int | None = None) -> None:
+        global _tb_warned
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            if not _tb_warned:
+                _tb_warned = True
+                _logger.warning(
+                    "TensorBoard logging is off: the 'tensorboard' package is not installed "
+                    "(pip install tensorboard). Scalars still go to scalars.jsonl."
+                )
+            return
+        self.log_dir = os.path.join(log_dir, self.dirname)
+        purge = None if resume_step is None else resume_step + 1
+        self._writer = SummaryWriter(self.log_dir, purge_step=purge)
+
+    def add_scalars(self, scalars: dict[str, float], step: int) -> None:
+        if self._writer is None:
+            return
+        for tag, value in scalars.items():
+            self._writer.add_scalar(tag, value, global_step=step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def default_backends() -> list[dict]:
+    """JSON lines, and TensorBoard (which only warns, once, when the package is missing)."""
+    return [dict(type="JsonlBackend"), dict(type="TensorboardBackend")]

@@ -1,0 +1,358 @@
+"""LoggerHook: interval log lines, scalar backends (JSON lines, TensorBoard), progress bar, plots."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from libai.registry import HOOKS, LOG_BACKENDS
+from libai.utils.dist import all_reduce_mean
+from libai.utils.errors import ConfigError
+
+from ._progress import ProgressBar
+from .hook import Hook
+from .log_backends import BaseLogBackend, JsonlBackend, default_backends
+
+__all__ = ["LoggerHook"]
+
+
+def _fmt(value: float) -> str:
+    if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5) and math.isfinite(value):
+        return f"{value:.4e}"
+    return f"{value:.4f}"
+
+
+class _RunningSum:
+    """Per-key sums of the logged values, kept on their device until the interval ends.
+
+    One ``torch.stack`` and one in-place add per iteration; reading the means costs one
+    transfer for all keys. A change of the key set (rare) folds the running sum into per-key
+    totals, so every key is averaged over the iterations that reported it.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._keys: tuple[str, ...] = ()
+        self._sum: torch.Tensor | None = None
+        self._n = 0
+        self._folded: dict[str, list[Any]] = {}  # key -> [tensor sum, count]
+        self.iterations = 0
+
+    def add(self, outputs: Mapping[str, Any]) -> None:
+        self.iterations += 1
+        if not outputs:
+            return
+        keys = tuple(outputs)
+        if keys != self._keys:
+            self._fold()
+            self._keys = keys
+        values = [v for v in outputs.values()]
+        device = next((v.device for v in values if isinstance(v, torch.Tensor)), None)
+        stacked = torch.stack([
+            (v if v.dim() == 0 else v.mean()).float() if isinstance(v, torch.Tensor)
+            else torch.tensor(float(v), device=device)
+            for v in values
+        ])  # (num_keys,)
+        if self._sum is None:
+            self._sum = stacked
+        else:
+            self._sum += stacked
+        self._n += 1
+
+    def _fold(self) -> None:
+        if self._sum is None:
+            return
+        for key, s in zip(self._keys, self._sum.unbind()):
+            entry = self._folded.get(key)
+            if entry is None:
+                self._folded[key] = [s, self._n]
+            else:
+                entry[0] = entry[0] + s.to(entry[0].device)
+                entry[1] += self._n
+        self._keys, self._sum, self._n = (), None, 0
+
+    def means(self) -> dict[str, float]:
+        """Averages since the last reset, as Python floats (one device read)."""
+        self._fold()
+        if not self._folded:
+            return {}
+        keys = list(self._folded)
+        device = self._folded[keys[0]][0].device
+        sums = torch.stack([self._folded[k][0].to(device) for k in keys]).tolist()
+        return {k: s / self._folded[k][1] for k, s in zip(keys, sums)}
+
+
+@HOOKS.register_module()
+class LoggerHook(Hook):
+    """Log training progress every ``interval`` iterations and validation metrics after each set.
+
+    Per iteration it only adds the step's logged values (the detached 0-d tensors in
+    ``outputs``) to a running sum on their device and advances the progress bar. Every
+    ``interval`` iterations, at the end of an epoch and at the last iteration it reads the sums
+    once, averages them over ranks (one collective), stores ``train/<name>`` in the message hub,
+    logs one line and writes the scalars to the backends at ``step = runner.iter + 1``::
+
+        Iter [120/1000]  lr: 1.0000e-03  eta: 0:01:02  time: 0.0123  data_time: 0.0010  loss: 0.4321
+        Epoch [2/10][30/45]  lr: ...
+
+    ``time``/``data_time`` are the IterTimerHook's averages over ``window_size`` iterations,
+    ``eta`` extrapolates this session's average speed (validation included), ``lr`` is the first
+    param group's, and the optimizer wrapper's ``scalars()`` (``grad_norm``, ``loss_scale``) are
+    the values at the logged step. On CUDA ``memory`` is the peak allocated memory in MiB.
+
+    Only rank 0 writes backends, draws the bar (on a terminal only) and plots.
+
+    Args:
+        interval: Log every this many iterations (within the epoch for epoch loops). Defaults to
+            50.
+        window_size: Iterations the time averages cover. Defaults to None (= ``interval``).
+        log_metric_by_epoch: In epoch loops, label validation lines by epoch
+            (``Epoch(val) [3/10]``) and add ``"epoch"`` to their JSON line. Backend steps stay
+            iterations, so that a resumed run can drop what follows it. Defaults to False.
+        backends: Config dicts (or instances) of LOG_BACKENDS. Defaults to None: JsonlBackend
+            and TensorboardBackend (which warns once and stays off without tensorboard).
+            ``[]`` writes no scalar files.
+        progress_bar: Show a live bar with iterations done, elapsed time and ETA. Defaults to
+            True.
+        plot: At the end of the run, draw the scalars of scalars.jsonl as PNGs in
+            ``<log_dir>/plots/`` (needs a JsonlBackend). Defaults to True.
+    """
+
+    priority = "BELOW_NORMAL"
+
+    def __init__(
+        self,
+        interval: int = 50,
+        window_size: int | None = None,
+        log_metric_by_epoch: bool = False,
+        backends: list[dict | BaseLogBackend] | None = None,
+        progress_bar: bool = True,
+        plot: bool = True,
+    ) -> None:
+        for name, value in (("interval", interval), ("window_size", window_size)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"LoggerHook: {name} must be an int >= 1, got {value!r}.")
+        self.interval = interval
+        self.window_size = window_size or interval
+        self.log_metric_by_epoch = log_metric_by_epoch
+        self.progress_bar = progress_bar
+        self.plot = plot
+        cfgs = default_backends() if backends is None else list(backends)
+        self.backends: list[BaseLogBackend] = [
+            b if isinstance(b, BaseLogBackend) else LOG_BACKENDS.build(b, path=f"LoggerHook.backends.{i}")
+            for i, b in enumerate(cfgs)
+        ]
+        self._sums = _RunningSum()
+        self._bar = ProgressBar(enabled=False)
+        self._opened = False
+        self._training = False
+        self._by_epoch = False
+        self._max_iters = 0
+        self._per_epoch: int | None = None
+        self._start_iter = 0
+        self._t_start = 0.0
+        self._t_eval = 0.0
+        self._eval_set = 0
+        self._cuda_device: torch.device | None = None
+
+    # ------------------------------------------------------------------------ lifecycle
+    def before_run(self, runner: Any) -> None:
+        self._bar = ProgressBar(enabled=self.progress_bar and runner.rank == 0)
+
+    def before_train(self, runner: Any) -> None:
+        self._training = True
+        self._by_epoch = runner.max_epochs is not None
+        self._max_iters = runner.max_iters
+        self._per_epoch = getattr(runner.train_loop, "iters_per_epoch", None)
+        self._start_iter = runner.iter
+        self._t_start = time.perf_counter()
+        self._sums.reset()
+        device = torch.device(runner.device)
+        self._cuda_device = device if device.type == "cuda" else None
+        # after a resume, drop whatever an earlier attempt logged past the restored iteration
+        self._open(runner, resume_step=runner.iter if runner.iter > 0 else None)
+        self._bar.add("train", "train", total=runner.max_iters, completed=runner.iter)
+
+    def after_train(self, runner: Any) -> None:
+        if self._sums.iterations:  # stopped early, between two intervals
+            self._log_train(runner, batch_idx=None, done=runner.iter)
+        self._training = False
+        self._bar.remove("train")
+
+    def after_run(self, runner: Any) -> None:
+        self._bar.stop()
+        if runner.rank != 0 or not self._opened:
+            return
+        for backend in self.backends:
+            backend.close()
+        self._opened = False
+        if self.plot:
+            self._plot(runner)
+
+    def _open(self, runner: Any, resume_step: int | None = None) -> None:
+        if self._opened or runner.rank != 0:
+            return
+        for backend in self.backends:
+            backend.open(runner.log_dir, resume_step=resume_step)
+        self._opened = True
+
+    def _write(self, runner: Any, scalars: dict[str, float], step: int) -> None:
+        if runner.rank != 0 or not scalars:
+            return
+        self._open(runner)
+        for backend in self.backends:
+            backend.add_scalars(scalars, step)
+
+    # ---------------------------------------------------------------------------- train
+    def after_train_iter(
+        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+    ) -> None:
+        self._sums.add(outputs if isinstance(outputs, Mapping) else {})
+        self._bar.advance("train")
+        done = runner.iter + 1
+        if self._by_epoch:
+            due = (batch_idx + 1) % self.interval == 0 or batch_idx + 1 == self._per_epoch
+        else:
+            due = done % self.interval == 0
+        if due or done >= self._max_iters:
+            self._log_train(runner, batch_idx, done)
+
+    def _log_train(self, runner: Any, batch_idx: int | None, done: int) -> None:
+        n = self._sums.iterations
+        means = all_reduce_mean(self._sums.means())  # the one sync of the interval
+        self._sums.reset()
+        hub = runner.message_hub
+        scalars = {f"train/{k}": v for k, v in means.items()}
+        for k, v in scalars.items():
+            hub.update_scalar(k, v, count=n, step=done)
+        optim = runner.optim_wrapper
+        extra: dict[str, float] = {}
+        for name, values in optim.get_lr().items():
+            if values:
+                extra[name] = float(values[0])
+        extra.update({k: float(v) for k, v in optim.scalars().items()})
+        if self._cuda_device is not None:
+            extra["memory"] = torch.cuda.max_memory_allocated(self._cuda_device) / 2**20
+        for k, v in extra.items():
+            hub.update_scalar(f"train/{k}", v, step=done)
+        timing = {
+            k: hub.mean(f"train/{k}", self.window_size)
+            for k in ("time", "data_time")
+            if hub.has(f"train/{k}")
+        }
+        runner.logger.info(self._train_line(runner, batch_idx, done, means, extra, timing))
+        self._write(runner, {**scalars, **{f"train/{k}": v for k, v in {**extra, **timing}.items()}}, done)
+
+    def _train_line(
+        self,
+        runner: Any,
+        batch_idx: int | None,
+        done: int,
+        means: dict[str, float],
+        extra: dict[str, float],
+        timing: dict[str, float],
+    ) -> str:
+        if self._by_epoch and batch_idx is not None:
+            per_epoch = self._per_epoch or "?"
+            head = f"Epoch [{runner.epoch + 1}/{runner.max_epochs}][{batch_idx + 1}/{per_epoch}]"
+        else:
+            head = f"Iter [{done}/{self._max_iters}]"
+        parts = [head]
+        if "lr" in extra:
+            parts.append(f"lr: {extra['lr']:.4e}")
+        elapsed = time.perf_counter() - self._t_start
+        if done > self._start_iter:
+            eta = elapsed / (done - self._start_iter) * max(self._max_iters - done, 0)
+            parts.append(f"eta: {datetime.timedelta(seconds=int(eta))}")
+        parts += [f"{k}: {v:.4f}" for k, v in timing.items()]
+        if "memory" in extra:
+            parts.append(f"memory: {extra['memory']:.0f}")
+        parts += [f"{k}: {_fmt(v)}" for k, v in means.items()]
+        parts += [f"{k}: {_fmt(v)}" for k, v in extra.items() if k not in ("lr", "memory")]
+        return "  ".join(parts)
+
+    # ----------------------------------------------------------------------- val / test
+    def before_val(self, runner: Any) -> None:
+        self._eval_set = 0
+
+    before_test = before_val
+
+    def _eval_total(self, runner: Any, stage: str) -> int | None:
+        loop = getattr(runner, f"{stage}_loop", None)
+        sets = list(getattr(loop, "sets", {}).values())
+        try:
+            return len(sets[self._eval_set][0])
+        except (IndexError, TypeError):
+            return None
+
+    def before_val_epoch(self, runner: Any) -> None:
+        self._t_eval = time.perf_counter()
+        self._bar.add("val", "val", total=self._eval_total(runner, "val"))
+
+    def before_test_epoch(self, runner: Any) -> None:
+        self._t_eval = time.perf_counter()
+        self._bar.add("test", "test", total=self._eval_total(runner, "test"))
+
+    def after_val_iter(
+        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+    ) -> None:
+        self._bar.advance("val")
+
+    def after_test_iter(
+        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+    ) -> None:
+        self._bar.advance("test")
+
+    def after_val_epoch(self, runner: Any, metrics: Mapping[str, Any] | None = None) -> None:
+        self._bar.remove("val")
+        self._log_metrics(runner, "val", metrics)
+
+    def after_test_epoch(self, runner: Any, metrics: Mapping[str, Any] | None = None) -> None:
+        self._bar.remove("test")
+        self._log_metrics(runner, "test", metrics)
+
+    def _log_metrics(self, runner: Any, stage: str, metrics: Mapping[str, Any] | None) -> None:
+        self._eval_set += 1
+        scalars: dict[str, float] = {}
+        for k, v in (metrics or {}).items():
+            try:
+                scalars[k] = float(v)
+            except (TypeError, ValueError):
+                continue
+        label = "Val" if stage == "val" else "Test"
+        if self._training and self._by_epoch and self.log_metric_by_epoch:
+            head = f"Epoch({stage}) [{runner.epoch}/{runner.max_epochs}]"
+        elif self._training:
+            head = f"Iter({stage}) [{runner.iter}/{runner.max_iters}]"
+        else:
+            head = f"{label} (iteration {runner.iter})"
+        parts = [head] + [f"{k}: {_fmt(v)}" for k, v in scalars.items()]
+        parts.append(f"duration: {time.perf_counter() - self._t_eval:.2f}s")
+        runner.logger.info("  ".join(parts))
+        row: dict[str, float] = dict(scalars)
+        if self._training and self._by_epoch and self.log_metric_by_epoch:
+            row["epoch"] = runner.epoch
+        self._write(runner, row, runner.iter)
+
+    # ---------------------------------------------------------------------------- plots
+    def _plot(self, runner: Any) -> None:
+        jsonl = next((b for b in self.backends if isinstance(b, JsonlBackend) and b.path), None)
+        if jsonl is None or not os.path.exists(jsonl.path):
+            return
+        from ._plots import plot_scalars
+
+        try:
+            paths = plot_scalars(jsonl.path, os.path.join(runner.log_dir, "plots"))
+        except Exception as e:  # a plot must never fail a finished run
+            runner.logger.warning(f"LoggerHook: could not draw the plots ({type(e).__name__}: {e}).")
+            return
+        if paths:
+            runner.logger.info(f"Saved {len(paths)} plot(s) in {os.path.dirname(paths[0])}")

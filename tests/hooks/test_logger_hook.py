@@ -1,0 +1,269 @@
+import json
+import os
+import re
+import sys
+
+import pytest
+import torch
+
+from libai.hooks import (
+    IterTimerHook,
+    JsonlBackend,
+    LoggerHook,
+    RuntimeInfoHook,
+    TensorboardBackend,
+    log_backends,
+)
+from libai.registry import HOOKS
+from libai.utils.errors import BuildError, ConfigError
+
+
+def _rows(runner):
+    with open(os.path.join(runner.log_dir, "scalars.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def _jsonl_logger(**kw):
+    kw.setdefault("backends", [dict(type="JsonlBackend")])
+    kw.setdefault("progress_bar", False)
+    kw.setdefault("plot", False)
+    return LoggerHook(**kw)
+
+
+def test_iter_lines_average_the_interval(make_runner, run_iters):
+    hook = _jsonl_logger(interval=2)
+    runner = make_runner(RuntimeInfoHook(), IterTimerHook(), hook, max_iters=5)
+    runner.call_hook("before_run")
+    run_iters(runner, outputs=lambda i: {"loss": torch.tensor(float(i + 1)), "loss_cls": torch.tensor(2.0)})
+    runner.call_hook("after_run")
+    lines = [m for m in runner.messages if m.startswith("Iter")]
+    assert [line.split("  ")[0] for line in lines] == ["Iter [2/5]", "Iter [4/5]", "Iter [5/5]"]
+    first = lines[0]
+    assert "lr: 1.0000e-03" in first
+    assert re.search(r"eta: \d+:\d\d:\d\d", first)
+    assert re.search(r"time: \d\.\d{4}", first) and re.search(r"data_time: \d\.\d{4}", first)
+    assert "loss: 1.5000" in first  # mean of iterations 1 and 2
+    assert "loss_cls: 2.0000" in first and "grad_norm: 1.5000" in first
+    assert "loss: 5.0000" in lines[2]  # the last iteration alone
+    assert runner.message_hub.latest("train/loss") == pytest.approx(5.0)
+    assert runner.message_hub.latest("train/lr") == pytest.approx(1e-3)
+
+
+def test_epoch_line_format(make_runner, run_iters):
+    hook = _jsonl_logger(interval=3)
+    runner = make_runner(hook, max_iters=8, max_epochs=2, iters_per_epoch=4)
+    runner.call_hook("before_run")
+    run_iters(runner)
+    heads = [m.split("  ")[0] for m in runner.messages if m.startswith("Epoch")]
+    # every 3 batches within the epoch, and at its last batch
+    assert heads == ["Epoch [1/2][3/4]", "Epoch [1/2][4/4]", "Epoch [2/2][3/4]", "Epoch [2/2][4/4]"]
+
+
+def test_jsonl_rows_and_val_lines(make_runner, run_iters):
+    hook = _jsonl_logger(interval=2)
+    runner = make_runner(RuntimeInfoHook(), hook, max_iters=4)
+    runner.call_hook("before_run")
+    run_iters(runner, validate=lambda done: {"val/accuracy": 0.25 * done} if done % 2 == 0 else None)
+    runner.call_hook("after_run")
+    rows = _rows(runner)
+    assert [r["step"] for r in rows] == [2, 2, 4, 4]
+    assert rows[0]["train/loss"] == pytest.approx((1 + 1 / 2) / 2)
+    assert rows[0]["train/lr"] == pytest.approx(1e-3) and rows[0]["train/grad_norm"] == 1.5
+    assert rows[1] == {"step": 2, "val/accuracy": 0.5}
+    assert rows[3] == {"step": 4, "val/accuracy": 1.0}
+    val_lines = [m for m in runner.messages if m.startswith("Iter(val)")]
+    assert val_lines[0].startswith("Iter(val) [2/4]  val/accuracy: 0.5000")
+    assert runner.message_hub.latest("val/accuracy") == 1.0  # stored by RuntimeInfoHook
+
+
+def test_log_metric_by_epoch(make_runner, run_iters):
+    hook = _jsonl_logger(interval=10, log_metric_by_epoch=True)
+    runner = make_runner(hook, max_iters=4, max_epochs=2, iters_per_epoch=2)
+    runner.call_hook("before_run")
+    run_iters(runner, validate=lambda done: {"val/acc": 1.0})
+    runner.call_hook("after_run")
+    assert any(m.startswith("Epoch(val) [1/2]") for m in runner.messages)
+    val_rows = [r for r in _rows(runner) if "val/acc" in r]
+    assert [(r["step"], r["epoch"]) for r in val_rows] == [(2, 1), (4, 2)]
+
+
+def test_stop_between_intervals_logs_the_rest(make_runner, run_iters):
+    hook = _jsonl_logger(interval=10)
+    runner = make_runner(hook, max_iters=100)
+    runner.call_hook("before_run")
+    run_iters(runner, n=3)  # like should_stop after iteration 3
+    assert [m.split("  ")[0] for m in runner.messages if m.startswith("Iter")] == ["Iter [3/100]"]
+    assert _rows(runner)[-1]["step"] == 3
+
+
+def test_no_device_read_between_intervals(make_runner, monkeypatch):
+    hook = _jsonl_logger(interval=100)
+    runner = make_runner(hook, max_iters=1000)
+    runner.call_hook("before_run")
+    runner.call_hook("before_train")
+
+    def forbidden(*a, **k):
+        raise AssertionError("device read on a non-logging iteration")
+
+    with monkeypatch.context() as m:
+        for name in ("item", "tolist", "__float__", "cpu"):
+            m.setattr(torch.Tensor, name, forbidden)
+        for i in range(50):
+            runner.iter = i
+            hook.after_train_iter(runner, i, None, {"loss": torch.tensor(float(i)), "acc": torch.tensor(1.0)})
+    runner.iter = 50
+    hook.after_train(runner)  # now it reads once
+    assert runner.message_hub.latest("train/loss") == pytest.approx(sum(range(50)) / 50)
+
+
+def test_changing_keys_are_averaged_per_key(make_runner):
+    hook = _jsonl_logger(interval=3)
+    runner = make_runner(hook, max_iters=3)
+    runner.call_hook("before_run")
+    runner.call_hook("before_train")
+    outs = [{"loss": torch.tensor(1.0)}, {"loss": torch.tensor(3.0), "aux": torch.tensor(4.0)},
+            {"loss": torch.tensor(5.0)}]
+    for i, out in enumerate(outs):
+        runner.iter = i
+        hook.after_train_iter(runner, i, None, out)
+    assert runner.message_hub.latest("train/loss") == pytest.approx(3.0)
+    assert runner.message_hub.latest("train/aux") == pytest.approx(4.0)
+
+
+def test_tensorboard_events(make_runner, run_iters):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    hook = LoggerHook(interval=2, progress_bar=False, plot=False)  # default backends
+    runner = make_runner(hook, max_iters=4)
+    runner.call_hook("before_run")
+    run_iters(runner, outputs=lambda i: {"loss": torch.tensor(float(i))},
+              validate=lambda done: {"val/accuracy": 0.5} if done == 4 else None)
+    runner.call_hook("after_run")
+    acc = EventAccumulator(os.path.join(runner.log_dir, "tensorboard"))
+    acc.Reload()
+    loss = [(e.step, e.value) for e in acc.Scalars("train/loss")]
+    assert loss == [(2, pytest.approx(0.5)), (4, pytest.approx(2.5))]
+    assert [(e.step, e.value) for e in acc.Scalars("val/accuracy")] == [(4, 0.5)]
+    assert "train/lr" in acc.Tags()["scalars"]
+
+
+def test_tensorboard_missing_warns_once(tmp_path, monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    monkeypatch.setattr(log_backends, "_tb_warned", False)
+    lib_logger = log_backends._logger
+    monkeypatch.setattr(lib_logger, "propagate", True)
+    with caplog.at_level("WARNING", logger=lib_logger.name):
+        for _ in range(2):
+            backend = TensorboardBackend()
+            backend.open(str(tmp_path))
+            backend.add_scalars({"a": 1.0}, 1)
+            backend.close()
+    warnings = [r.getMessage() for r in caplog.records if "TensorBoard logging is off" in r.getMessage()]
+    assert len(warnings) == 1 and "pip install tensorboard" in warnings[0]
+
+
+def test_jsonl_resume_truncates(tmp_path):
+    path = tmp_path / "scalars.jsonl"
+    lines = [{"step": 2, "a": 1}, {"step": 4, "a": 2}, {"step": 4, "val/x": 3}, {"step": 6, "a": 4}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"step": 8, "a"')  # cut short
+    backend = JsonlBackend()
+    backend.open(str(tmp_path), resume_step=4)
+    backend.add_scalars({"a": 5.0}, 5)
+    backend.close()
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["step"] for r in rows] == [2, 4, 4, 5]
+    assert not (tmp_path / "scalars.jsonl.tmp").exists()
+    # a fresh run (no resume step) appends
+    backend.open(str(tmp_path))
+    backend.add_scalars({"a": 6.0}, 6)
+    backend.close()
+    assert len(path.read_text().splitlines()) == 5
+
+
+def test_resumed_hook_truncates_its_jsonl(make_runner, run_iters):
+    hook = _jsonl_logger(interval=2)
+    runner = make_runner(hook, max_iters=6)
+    runner.call_hook("before_run")
+    run_iters(runner)
+    runner.call_hook("after_run")
+    assert [r["step"] for r in _rows(runner)] == [2, 4, 6]
+    # resume from a checkpoint at iteration 2 in the same log folder
+    hook2 = _jsonl_logger(interval=2)
+    runner.hooks = [hook2]
+    runner.iter = 2
+    runner.call_hook("before_run")
+    run_iters(runner)
+    runner.call_hook("after_run")
+    assert [r["step"] for r in _rows(runner)] == [2, 4, 6]
+
+
+def test_plots_written(make_runner, run_iters):
+    pytest.importorskip("matplotlib")
+    hook = LoggerHook(interval=1, backends=[dict(type="JsonlBackend")], progress_bar=False, plot=True)
+    runner = make_runner(IterTimerHook(), hook, max_iters=4)
+    runner.call_hook("before_run")
+    run_iters(runner, validate=lambda done: {"val/accuracy": done / 4, "val/loss": 1.0 / done})
+    runner.call_hook("after_run")
+    plots = os.path.join(runner.log_dir, "plots")
+    for name in ("loss.png", "lr.png", "time.png", "grad_norm.png", "val_accuracy.png"):
+        path = os.path.join(plots, name)
+        assert os.path.getsize(path) > 1000, name
+        with open(path, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert not os.path.exists(os.path.join(plots, "val_loss.png"))  # drawn with the train loss
+
+
+def test_test_metrics_logged_outside_training(make_runner, run_val):
+    hook = _jsonl_logger()
+    runner = make_runner(hook)
+    runner.iter = 7
+    runner.call_hook("before_run")
+    run_val(runner, {"test/accuracy": 0.9}, stage="test")
+    runner.call_hook("after_run")
+    assert any(m.startswith("Test (iteration 7)  test/accuracy: 0.9000") for m in runner.messages)
+    assert _rows(runner) == [{"step": 7, "test/accuracy": 0.9}]
+
+
+def test_progress_bar_on_terminal(make_runner, run_iters, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from libai.utils import logging as libai_logging
+
+    buf = io.StringIO()
+    monkeypatch.setattr(libai_logging, "_console", Console(file=buf, force_terminal=True, width=100))
+    hook = _jsonl_logger(interval=5, progress_bar=True)
+    runner = make_runner(hook, max_iters=5)
+    runner.call_hook("before_run")
+    assert hook._bar.enabled
+    runner.call_hook("before_train")
+    progress = hook._bar._progress
+    task = progress.tasks[0]
+    for i in range(3):
+        runner.iter = i
+        hook.after_train_iter(runner, i, None, {"loss": torch.tensor(1.0)})
+    assert task.completed == 3 and task.total == 5
+    progress.refresh()
+    assert "3/5" in buf.getvalue()
+    runner.iter = 3
+    runner.call_hook("after_train")
+    runner.call_hook("after_run")
+    assert hook._bar._progress is None
+
+
+def test_no_bar_when_not_a_terminal(make_runner):
+    hook = _jsonl_logger(progress_bar=True)
+    runner = make_runner(hook)
+    runner.call_hook("before_run")
+    assert not hook._bar.enabled  # pytest captures stdout: not a terminal
+
+
+def test_options_are_checked():
+    with pytest.raises(ConfigError, match="interval"):
+        LoggerHook(interval=0)
+    with pytest.raises(BuildError):
+        HOOKS.build(dict(type="LoggerHook", intervall=3))
+    with pytest.raises(Exception, match="JsonBackend"):
+        LoggerHook(backends=[dict(type="JsonBackend")])

@@ -14,10 +14,35 @@ RULES = ("greater", "less")
 
 # Matched against the lower-cased last component of the metric name; "less" is tried first so
 # that "top1_error" is read as an error, not as a top-k accuracy.
-_LESS_WORDS = ("loss", "error", "err", "perplexity", "ppl", "mse", "mae", "rmse", "nll", "wer", "cer")
+_LESS_WORDS = (
+    "loss",
+    "error",
+    "err",
+    "perplexity",
+    "ppl",
+    "mse",
+    "mae",
+    "rmse",
+    "nll",
+    "wer",
+    "cer",
+)
 _GREATER_WORDS = (
-    "acc", "precision", "recall", "f1", "map", "auc", "iou", "dice", "bleu", "rouge", "top",
-    "psnr", "ssim", "score", "r2",
+    "acc",
+    "precision",
+    "recall",
+    "f1",
+    "map",
+    "auc",
+    "iou",
+    "dice",
+    "bleu",
+    "rouge",
+    "top",
+    "psnr",
+    "ssim",
+    "score",
+    "r2",
 )
 
 

@@ -85,7 +85,9 @@ class CheckpointHook(Hook):
         self.max_keep_ckpts = _int_option("max_keep_ckpts", max_keep_ckpts, 1)
         self.save_last = bool(save_last)
         if isinstance(save_begin, bool) or not isinstance(save_begin, int) or save_begin < 0:
-            raise ConfigError(f"CheckpointHook: save_begin must be an int >= 0, got {save_begin!r}.")
+            raise ConfigError(
+                f"CheckpointHook: save_begin must be an int >= 0, got {save_begin!r}."
+            )
         self.save_begin = save_begin
         if save_best is not None and (not isinstance(save_best, str) or not save_best):
             raise ConfigError(
@@ -185,8 +187,10 @@ class CheckpointHook(Hook):
             self.best_metric = next(iter(metrics))
             if self.rule is None:
                 self.rule = infer_rule(self.best_metric, "CheckpointHook(save_best='auto')")
-            runner.logger.info(f"CheckpointHook: save_best='auto' tracks '{self.best_metric}' "
-                               f"({self.rule} is better).")
+            runner.logger.info(
+                f"CheckpointHook: save_best='auto' tracks '{self.best_metric}' "
+                f"({self.rule} is better)."
+            )
         score = lookup_metric(metrics, self.best_metric, "CheckpointHook(save_best=...)")
         assert self.rule is not None
         if not math.isfinite(score) or not improved(score, self.best_score, self.rule):

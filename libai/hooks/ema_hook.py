@@ -42,7 +42,9 @@ class EMAHook(Hook):
 
     priority = "NORMAL"
 
-    def __init__(self, momentum: float = 0.0002, update_buffers: bool = False, begin_iter: int = 0) -> None:
+    def __init__(
+        self, momentum: float = 0.0002, update_buffers: bool = False, begin_iter: int = 0
+    ) -> None:
         if not 0.0 < momentum < 1.0:
             raise ConfigError(
                 f"EMAHook: momentum must be in (0, 1) (the weight of the new weights in each "

@@ -56,11 +56,14 @@ class _RunningSum:
             self._keys = keys
         values = [v for v in outputs.values()]
         device = next((v.device for v in values if isinstance(v, torch.Tensor)), None)
-        stacked = torch.stack([
-            (v if v.dim() == 0 else v.mean()).float() if isinstance(v, torch.Tensor)
-            else torch.tensor(float(v), device=device)
-            for v in values
-        ])  # (num_keys,)
+        stacked = torch.stack(
+            [
+                (v if v.dim() == 0 else v.mean()).float()
+                if isinstance(v, torch.Tensor)
+                else torch.tensor(float(v), device=device)
+                for v in values
+            ]
+        )  # (num_keys,)
         if self._sum is None:
             self._sum = stacked
         else:
@@ -138,7 +141,9 @@ class LoggerHook(Hook):
         plot: bool = True,
     ) -> None:
         for name, value in (("interval", interval), ("window_size", window_size)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
                 raise ConfigError(f"LoggerHook: {name} must be an int >= 1, got {value!r}.")
         self.interval = interval
         self.window_size = window_size or interval
@@ -147,7 +152,9 @@ class LoggerHook(Hook):
         self.plot = plot
         cfgs = default_backends() if backends is None else list(backends)
         self.backends: list[BaseLogBackend] = [
-            b if isinstance(b, BaseLogBackend) else LOG_BACKENDS.build(b, path=f"LoggerHook.backends.{i}")
+            b
+            if isinstance(b, BaseLogBackend)
+            else LOG_BACKENDS.build(b, path=f"LoggerHook.backends.{i}")
             for i, b in enumerate(cfgs)
         ]
         self._sums = _RunningSum()
@@ -249,7 +256,9 @@ class LoggerHook(Hook):
             if hub.has(f"train/{k}")
         }
         runner.logger.info(self._train_line(runner, batch_idx, done, means, extra, timing))
-        self._write(runner, {**scalars, **{f"train/{k}": v for k, v in {**extra, **timing}.items()}}, done)
+        self._write(
+            runner, {**scalars, **{f"train/{k}": v for k, v in {**extra, **timing}.items()}}, done
+        )
 
     def _train_line(
         self,
@@ -352,7 +361,9 @@ class LoggerHook(Hook):
         try:
             paths = plot_scalars(jsonl.path, os.path.join(runner.log_dir, "plots"))
         except Exception as e:  # a plot must never fail a finished run
-            runner.logger.warning(f"LoggerHook: could not draw the plots ({type(e).__name__}: {e}).")
+            runner.logger.warning(
+                f"LoggerHook: could not draw the plots ({type(e).__name__}: {e})."
+            )
             return
         if paths:
             runner.logger.info(f"Saved {len(paths)} plot(s) in {os.path.dirname(paths[0])}")

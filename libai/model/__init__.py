@@ -10,11 +10,14 @@ from .base import (
     unwrap_model,
     val_step,
 )
+from .classifiers import DigitsMLP, MLPClassifier
 from .wrappers import compile_model, wrap_ddp
 
 __all__ = [
     "BaseModel",
     "DataPreprocessor",
+    "DigitsMLP",
+    "MLPClassifier",
     "compile_model",
     "parse_losses",
     "test_step",

@@ -60,7 +60,7 @@ class Runner(CheckpointMixin):
         self.logger = self._make_logger()
         self.logger.info(env.env_summary(self.device, self.seed, {"work dir": self.log_dir}))
         if dist.is_main_process():
-            cfg.dump(os.path.join(self.log_dir, "config.py"))
+            self._dump_config(os.path.join(self.log_dir, "config.py"))
 
         self.unwrapped_model = build.build_model(cfg.model).to(self.device)
         self.model = self._wrap(self.unwrapped_model)
@@ -83,6 +83,19 @@ class Runner(CheckpointMixin):
 
         log_file = os.path.join(self.log_dir, f"{self.timestamp}.log") if dist.is_main_process() else None
         return get_logger("libai", log_file=log_file, level=self.cfg.get("log_level") or "INFO", rank=self.rank)
+
+    def _dump_config(self, path: str) -> None:
+        """Save the validated config; helper variables ('_x') are already folded into values."""
+        from libai.config import Config
+
+        keep = Config({k: v for k, v in self.cfg.to_dict().items() if not str(k).startswith("_")},
+                      filename=self.cfg.filename)
+        try:
+            keep.dump(path)
+        except ConfigError as e:  # objects given in place of dicts (a model instance, a hook)
+            self.logger.warning(f"The saved config cannot be re-run as is: {e}")
+            with open(path, "w") as f:
+                f.write(f"# Not loadable as is: {e}\n{keep.pretty_text}")
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         if dist.is_distributed():

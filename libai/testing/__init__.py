@@ -6,12 +6,12 @@
     from libai.testing import toy_config
     runner = Runner.from_cfg(toy_config(work_dir=str(tmp_path)))
 
-Importing this package registers ``ToyDataset`` in ``DATASETS`` and ``ToyModel`` and
-``DigitsMLP`` in ``MODELS``.
+Importing this package registers ``ToyDataset`` in ``DATASETS`` and ``ToyModel`` in
+``MODELS``.
 """
 
-from .config import RUNNER_KEYS, toy_config
+from .config import toy_config
 from .datasets import ToyDataset
-from .models import DigitsMLP, ToyModel
+from .models import ToyModel
 
-__all__ = ["DigitsMLP", "RUNNER_KEYS", "ToyDataset", "ToyModel", "toy_config"]
+__all__ = ["ToyDataset", "ToyModel", "toy_config"]

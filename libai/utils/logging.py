@@ -154,7 +154,9 @@ def _remove(logger: logging.Logger, handler: logging.Handler | None) -> None:
         handler.close()
 
 
-def print_log(msg: Any, logger: logging.Logger | str | None = None, level: int | str = logging.INFO) -> None:
+def print_log(
+    msg: Any, logger: logging.Logger | str | None = None, level: int | str = logging.INFO
+) -> None:
     """Log ``msg`` through a logger, or drop it.
 
     Args:
@@ -175,5 +177,7 @@ def print_log(msg: Any, logger: logging.Logger | str | None = None, level: int |
     elif isinstance(logger, str):
         target = logging.getLogger(logger)
     else:
-        raise TypeError(f"print_log: logger must be a Logger, a name, 'silent' or None, got {logger!r}")
+        raise TypeError(
+            f"print_log: logger must be a Logger, a name, 'silent' or None, got {logger!r}"
+        )
     target.log(_level(level), msg)

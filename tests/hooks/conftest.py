@@ -97,7 +97,9 @@ class FakeRunner:
         self.optim_wrapper = FakeOptimWrapper(self.unwrapped_model)
         self.param_schedulers: list = []
         self.sampler = FakeSampler()
-        self.train_dataloader = type("Loader", (), {"sampler": self.sampler, "batch_sampler": None})()
+        self.train_dataloader = type(
+            "Loader", (), {"sampler": self.sampler, "batch_sampler": None}
+        )()
         self.train_loop = FakeLoop(max_iters, max_epochs, iters_per_epoch)
         self.iter = 0
         self.epoch = 0
@@ -124,7 +126,10 @@ class FakeRunner:
     def save_checkpoint(self, filename: str, meta: dict | None = None) -> str:
         """Like the runner's: hook states in, file + manifest written, latest pointer moved."""
         path = os.path.join(self.work_dir, filename)
-        state = {"iter": self.iter, "hooks": {h.state_key: h.state_dict() for h in self.hooks if h.is_stateful()}}
+        state = {
+            "iter": self.iter,
+            "hooks": {h.state_key: h.state_dict() for h in self.hooks if h.is_stateful()},
+        }
         self.call_hook("before_save_checkpoint", checkpoint=state)
         torch.save(state, path)
         with open(path + ".manifest.json", "w") as f:

@@ -68,8 +68,11 @@ def test_never_deletes_latest_pointer_target(make_runner, run_iters, monkeypatch
     runner = make_runner(hook, max_iters=2)
     # something else points the latest pointer at iter_1.pth when iter_2 is pruned... the hook
     # must leave that file alone
-    monkeypatch.setattr(checkpoint_hook, "_latest_target",
-                        lambda wd: os.path.join(os.path.abspath(wd), "iter_1.pth"))
+    monkeypatch.setattr(
+        checkpoint_hook,
+        "_latest_target",
+        lambda wd: os.path.join(os.path.abspath(wd), "iter_1.pth"),
+    )
     run_iters(runner)
     assert _files(runner) == ["iter_1.pth", "iter_2.pth"]
 
@@ -97,9 +100,15 @@ def test_auto_and_nan(make_runner, run_iters):
 
 @pytest.mark.parametrize(
     ("metric", "rule"),
-    [("val/loss", "less"), ("val/top1_error", "less"), ("val/perplexity", "less"),
-     ("val/digits/mse", "less"), ("val/accuracy", "greater"), ("val/f1", "greater"),
-     ("val/mAP", "greater")],
+    [
+        ("val/loss", "less"),
+        ("val/top1_error", "less"),
+        ("val/perplexity", "less"),
+        ("val/digits/mse", "less"),
+        ("val/accuracy", "greater"),
+        ("val/f1", "greater"),
+        ("val/mAP", "greater"),
+    ],
 )
 def test_rule_inference(metric, rule):
     assert CheckpointHook(save_best=metric).rule == rule

@@ -34,7 +34,10 @@ def test_iter_lines_average_the_interval(make_runner, run_iters):
     hook = _jsonl_logger(interval=2)
     runner = make_runner(RuntimeInfoHook(), IterTimerHook(), hook, max_iters=5)
     runner.call_hook("before_run")
-    run_iters(runner, outputs=lambda i: {"loss": torch.tensor(float(i + 1)), "loss_cls": torch.tensor(2.0)})
+    run_iters(
+        runner,
+        outputs=lambda i: {"loss": torch.tensor(float(i + 1)), "loss_cls": torch.tensor(2.0)},
+    )
     runner.call_hook("after_run")
     lines = [m for m in runner.messages if m.startswith("Iter")]
     assert [line.split("  ")[0] for line in lines] == ["Iter [2/5]", "Iter [4/5]", "Iter [5/5]"]
@@ -63,7 +66,9 @@ def test_jsonl_rows_and_val_lines(make_runner, run_iters):
     hook = _jsonl_logger(interval=2)
     runner = make_runner(RuntimeInfoHook(), hook, max_iters=4)
     runner.call_hook("before_run")
-    run_iters(runner, validate=lambda done: {"val/accuracy": 0.25 * done} if done % 2 == 0 else None)
+    run_iters(
+        runner, validate=lambda done: {"val/accuracy": 0.25 * done} if done % 2 == 0 else None
+    )
     runner.call_hook("after_run")
     rows = _rows(runner)
     assert [r["step"] for r in rows] == [2, 2, 4, 4]
@@ -110,7 +115,9 @@ def test_no_device_read_between_intervals(make_runner, monkeypatch):
             m.setattr(torch.Tensor, name, forbidden)
         for i in range(50):
             runner.iter = i
-            hook.after_train_iter(runner, i, None, {"loss": torch.tensor(float(i)), "acc": torch.tensor(1.0)})
+            hook.after_train_iter(
+                runner, i, None, {"loss": torch.tensor(float(i)), "acc": torch.tensor(1.0)}
+            )
     runner.iter = 50
     hook.after_train(runner)  # now it reads once
     assert runner.message_hub.latest("train/loss") == pytest.approx(sum(range(50)) / 50)
@@ -121,8 +128,11 @@ def test_changing_keys_are_averaged_per_key(make_runner):
     runner = make_runner(hook, max_iters=3)
     runner.call_hook("before_run")
     runner.call_hook("before_train")
-    outs = [{"loss": torch.tensor(1.0)}, {"loss": torch.tensor(3.0), "aux": torch.tensor(4.0)},
-            {"loss": torch.tensor(5.0)}]
+    outs = [
+        {"loss": torch.tensor(1.0)},
+        {"loss": torch.tensor(3.0), "aux": torch.tensor(4.0)},
+        {"loss": torch.tensor(5.0)},
+    ]
     for i, out in enumerate(outs):
         runner.iter = i
         hook.after_train_iter(runner, i, None, out)
@@ -137,8 +147,11 @@ def test_tensorboard_events(make_runner, run_iters):
     hook = LoggerHook(interval=2, progress_bar=False, plot=False)  # default backends
     runner = make_runner(hook, max_iters=4)
     runner.call_hook("before_run")
-    run_iters(runner, outputs=lambda i: {"loss": torch.tensor(float(i))},
-              validate=lambda done: {"val/accuracy": 0.5} if done == 4 else None)
+    run_iters(
+        runner,
+        outputs=lambda i: {"loss": torch.tensor(float(i))},
+        validate=lambda done: {"val/accuracy": 0.5} if done == 4 else None,
+    )
     runner.call_hook("after_run")
     acc = EventAccumulator(os.path.join(runner.log_dir, "tensorboard"))
     acc.Reload()
@@ -159,7 +172,9 @@ def test_tensorboard_missing_warns_once(tmp_path, monkeypatch, caplog):
             backend.open(str(tmp_path))
             backend.add_scalars({"a": 1.0}, 1)
             backend.close()
-    warnings = [r.getMessage() for r in caplog.records if "TensorBoard logging is off" in r.getMessage()]
+    warnings = [
+        r.getMessage() for r in caplog.records if "TensorBoard logging is off" in r.getMessage()
+    ]
     assert len(warnings) == 1 and "pip install tensorboard" in warnings[0]
 
 
@@ -200,7 +215,9 @@ def test_resumed_hook_truncates_its_jsonl(make_runner, run_iters):
 
 def test_plots_written(make_runner, run_iters):
     pytest.importorskip("matplotlib")
-    hook = LoggerHook(interval=1, backends=[dict(type="JsonlBackend")], progress_bar=False, plot=True)
+    hook = LoggerHook(
+        interval=1, backends=[dict(type="JsonlBackend")], progress_bar=False, plot=True
+    )
     runner = make_runner(IterTimerHook(), hook, max_iters=4)
     runner.call_hook("before_run")
     run_iters(runner, validate=lambda done: {"val/accuracy": done / 4, "val/loss": 1.0 / done})
@@ -233,7 +250,9 @@ def test_progress_bar_on_terminal(make_runner, run_iters, monkeypatch):
     from libai.utils import logging as libai_logging
 
     buf = io.StringIO()
-    monkeypatch.setattr(libai_logging, "_console", Console(file=buf, force_terminal=True, width=100))
+    monkeypatch.setattr(
+        libai_logging, "_console", Console(file=buf, force_terminal=True, width=100)
+    )
     hook = _jsonl_logger(interval=5, progress_bar=True)
     runner = make_runner(hook, max_iters=5)
     runner.call_hook("before_run")

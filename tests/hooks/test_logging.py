@@ -61,7 +61,9 @@ def test_other_ranks_only_warn_with_prefix(name, tmp_path, capsys):
 
 def test_rich_handler_on_a_terminal(name, monkeypatch):
     buf = io.StringIO()
-    monkeypatch.setattr(libai_logging, "_console", Console(file=buf, force_terminal=True, width=120))
+    monkeypatch.setattr(
+        libai_logging, "_console", Console(file=buf, force_terminal=True, width=120)
+    )
     logger = get_logger(name, rank=0)
     handler = logger.handlers[0]
     assert isinstance(handler, RichHandler)

@@ -9,7 +9,11 @@ from libai.utils.errors import ConfigError, TrainingError
 def _nan_at(bad_iter):
     def outputs(i):
         value = float("nan") if i == bad_iter else 0.5
-        return {"loss": torch.tensor(value), "loss_cls": torch.tensor(value), "acc": torch.tensor(0.9)}
+        return {
+            "loss": torch.tensor(value),
+            "loss_cls": torch.tensor(value),
+            "acc": torch.tensor(0.9),
+        }
 
     return outputs
 
@@ -28,12 +32,17 @@ def test_raise_names_iteration_values_and_fixes(make_runner, run_iters):
 def test_inf_in_a_secondary_loss(make_runner, run_iters):
     runner = make_runner(NonFiniteLossHook(), max_iters=2)
     with pytest.raises(TrainingError, match="iteration 1"):
-        run_iters(runner, outputs=lambda i: {"loss": torch.tensor(1.0), "loss_aux": torch.tensor(float("inf"))})
+        run_iters(
+            runner,
+            outputs=lambda i: {"loss": torch.tensor(1.0), "loss_aux": torch.tensor(float("inf"))},
+        )
 
 
 def test_non_loss_entries_are_ignored(make_runner, run_iters):
     runner = make_runner(NonFiniteLossHook(), max_iters=2)
-    run_iters(runner, outputs=lambda i: {"loss": torch.tensor(1.0), "ratio": torch.tensor(float("nan"))})
+    run_iters(
+        runner, outputs=lambda i: {"loss": torch.tensor(1.0), "ratio": torch.tensor(float("nan"))}
+    )
 
 
 def test_check_interval(make_runner, run_iters):
@@ -84,8 +93,9 @@ def test_skip_leaves_weights_untouched(make_runner):
         runner.call_hook("after_backward")
         opt.step()
         opt.zero_grad()
-        runner.call_hook("after_train_iter", batch_idx=i, data_batch=None,
-                         outputs={"loss": loss.detach()})
+        runner.call_hook(
+            "after_train_iter", batch_idx=i, data_batch=None, outputs={"loss": loss.detach()}
+        )
         changed = {n: not torch.equal(before[n], p) for n, p in model.named_parameters()}
         if i == 1:
             assert changed == {"good": False, "bad": False}  # the whole step was skipped

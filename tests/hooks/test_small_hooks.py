@@ -130,7 +130,12 @@ def test_param_scheduler_hook_real_apply(make_runner):
 def test_default_hooks_build():
     built = {name: HOOKS.build(dict(cfg)) for name, cfg in DEFAULT_HOOKS.items()}
     assert set(built) == {
-        "runtime_info", "timer", "logger", "param_scheduler", "checkpoint", "sampler_seed",
+        "runtime_info",
+        "timer",
+        "logger",
+        "param_scheduler",
+        "checkpoint",
+        "sampler_seed",
         "nonfinite",
     }
     assert built["logger"].interval == 50 and built["nonfinite"].policy == "raise"
@@ -161,8 +166,14 @@ def test_priorities_order_the_built_ins():
 
     order = [
         hook_mod.get_priority(h.priority)
-        for h in (hooks_pkg.NonFiniteLossHook(), RuntimeInfoHook(), ParamSchedulerHook(),
-                  IterTimerHook(), hooks_pkg.LoggerHook(backends=[]), hooks_pkg.CheckpointHook())
+        for h in (
+            hooks_pkg.NonFiniteLossHook(),
+            RuntimeInfoHook(),
+            ParamSchedulerHook(),
+            IterTimerHook(),
+            hooks_pkg.LoggerHook(backends=[]),
+            hooks_pkg.CheckpointHook(),
+        )
     ]
     assert order == sorted(order)
     assert get_priority("VERY_LOW") == 90

@@ -1,0 +1,234 @@
+import os
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from libai.config import Config
+from libai.data import DefaultSampler
+from libai.hooks import Hook
+from libai.registry import HOOKS, LOOPS
+from libai.runner import Runner
+from libai.testing import ToyDataset, ToyModel, toy_config
+from libai.utils.errors import BuildError, ConfigError, RegistryError, TrainingError
+
+QUIET = dict(logger=dict(interval=5, progress_bar=False, plot=False))
+
+
+def make(tmp_path, **overrides):
+    overrides.setdefault("default_hooks", QUIET)
+    return Runner.from_cfg(toy_config(work_dir=str(tmp_path), **overrides))
+
+
+def test_unknown_top_level_key_is_refused_with_suggestion(tmp_path):
+    cfg = toy_config(work_dir=str(tmp_path))
+    cfg["param_schedular"] = [dict(type="ConstantLR")]
+    with pytest.raises(ConfigError) as exc:
+        Runner.from_cfg(cfg)
+    assert "Unknown top-level config key 'param_schedular'" in str(exc.value)
+    assert "Did you mean 'param_scheduler'?" in str(exc.value)
+
+
+def test_helper_variables_with_underscore_are_allowed(tmp_path):
+    cfg = toy_config(work_dir=str(tmp_path))
+    cfg["_batch"] = 8
+    Runner.from_cfg(cfg)
+
+
+def test_unknown_model_type_suggests(tmp_path):
+    with pytest.raises(RegistryError, match="Did you mean 'ToyModel'"):
+        make(tmp_path, model=dict(type="ToyModle"))
+
+
+def test_bad_model_argument_names_path(tmp_path):
+    with pytest.raises(BuildError, match="at 'model' got an unexpected argument 'hiden'"):
+        make(tmp_path, model=dict(hiden=4))
+
+
+def test_test_only_run_never_builds_the_optimizer(tmp_path):
+    runner = make(tmp_path, test_dataloader=toy_config()["val_dataloader"],
+                  test_evaluator=dict(type="Accuracy"), test_cfg=dict(type="TestLoop"),
+                  optim_wrapper=dict(optimizer=dict(type="NoSuchOptimizer")))
+    metrics = runner.test()
+    assert set(metrics) == {"test/accuracy", "test/loss"}
+    assert runner._optim_wrapper is None and runner._train_loop is None
+
+
+def test_train_writes_run_folder_and_config_is_frozen(tmp_path):
+    runner = make(tmp_path)
+    runner.train()
+    run_dir = runner.log_dir
+    assert os.path.dirname(run_dir) == str(tmp_path)
+    assert os.path.exists(os.path.join(run_dir, f"{runner.timestamp}.log"))
+    log = open(os.path.join(run_dir, f"{runner.timestamp}.log")).read()
+    assert "Environment:" in log and "torch" in log and "Derived: iterations per epoch 8" in log
+    assert "Hooks, in call order per stage:" in log
+    dumped = Config.fromfile(os.path.join(run_dir, "config.py"))
+    assert dumped.to_dict() == runner.cfg.to_dict()
+    with pytest.raises(ConfigError, match="read-only"):
+        runner.cfg.train_cfg.max_iters = 3
+    assert runner.iter == 20
+
+
+def plain_training(iters, lr=0.1, momentum=0.9, batch_size=8):
+    torch.manual_seed(0)
+    model = ToyModel(in_features=8, num_classes=2)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    dataset = ToyDataset(num_samples=64, seed=0)
+    sampler = DefaultSampler(dataset, shuffle=True, seed=0)
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+    done, epoch = 0, 0
+    while done < iters:
+        sampler.set_epoch(epoch)
+        for batch in loader:
+            model(batch)["loss"].backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            done += 1
+            if done == iters:
+                break
+        epoch += 1
+    return model.state_dict()
+
+
+@pytest.mark.parametrize("loop", ["iter", "epoch"])
+def test_runner_changes_no_math(tmp_path, loop):
+    """Same seed and data order: the Runner and a hand-written loop end bit-identical."""
+    train_cfg = (dict(type="IterBasedTrainLoop", max_iters=20, val_interval=10) if loop == "iter"
+                 else dict(type="EpochBasedTrainLoop", max_epochs=3))
+    runner = make(tmp_path, train_cfg=train_cfg,
+                  optim_wrapper=dict(optimizer=dict(type="SGD", lr=0.1, momentum=0.9)))
+    model = runner.train()
+    expected = plain_training(20 if loop == "iter" else 24)
+    for key, value in expected.items():
+        assert torch.equal(model.state_dict()[key], value), key
+
+
+def test_accumulation_matches_larger_batch(tmp_path):
+    """k micro-batches with accumulation k give the update of one batch k times larger."""
+    small = make(tmp_path / "a", optim_wrapper=dict(optimizer=dict(type="SGD", lr=0.1),
+                                                    accumulative_counts=2),
+                 train_dataloader=dict(batch_size=4, sampler=dict(type="DefaultSampler", shuffle=False)),
+                 train_cfg=dict(max_iters=16))
+    big = make(tmp_path / "b", train_dataloader=dict(batch_size=8, sampler=dict(type="DefaultSampler", shuffle=False)),
+               train_cfg=dict(max_iters=8))
+    a, b = small.train().state_dict(), big.train().state_dict()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-6)
+
+
+class Recorder(Hook):
+    def __init__(self):
+        self.calls = []
+
+    def _rec(self, name):
+        self.calls.append(name)
+
+
+for _stage in ("before_run", "before_train", "before_train_epoch", "before_train_iter",
+               "after_backward", "after_train_iter", "after_train_epoch", "before_val",
+               "before_val_epoch", "after_val_epoch", "after_val", "after_train", "after_run",
+               "before_save_checkpoint"):
+    setattr(Recorder, _stage, (lambda s: lambda self, runner, **kw: self._rec(s))(_stage))
+
+
+def test_hook_call_order(tmp_path):
+    runner = make(tmp_path, train_cfg=dict(max_iters=4, val_interval=2), custom_hooks=[Recorder()],
+                  default_hooks=dict(QUIET, checkpoint=None))
+    runner.train()
+    rec = next(h for h in runner.hooks if isinstance(h, Recorder))
+    it = ["before_train_iter", "after_backward", "after_train_iter"]
+    val = ["before_val", "before_val_epoch", "after_val_epoch", "after_val"]
+    assert rec.calls == (["before_run", "before_train", "before_train_epoch"] + it * 2 + val
+                         + it * 2 + val + ["after_train_epoch", "after_train", "after_run"])
+
+
+def test_hook_priority_and_disabling_defaults(tmp_path):
+    @HOOKS.register_module(force=True)
+    class FirstHook(Hook):
+        priority = "VERY_LOW"
+
+    runner = make(tmp_path, default_hooks=dict(QUIET, checkpoint=None, nonfinite=None),
+                  custom_hooks=[dict(type="FirstHook", priority="HIGHEST")])
+    names = [type(h).__name__ for h in runner.hooks]
+    assert names[0] == "FirstHook"
+    assert "CheckpointHook" not in names and "NonFiniteLossHook" not in names
+    with pytest.raises(ConfigError, match="Did you mean 'checkpoint'"):
+        make(tmp_path, default_hooks=dict(checkpont=None))
+
+
+def test_custom_loop_selected_by_type(tmp_path):
+    @LOOPS.register_module(force=True)
+    class CountingLoop(LOOPS.get("IterBasedTrainLoop")):
+        ran = 0
+
+        def run(self):
+            type(self).ran += 1
+            super().run()
+
+    make(tmp_path, train_cfg=dict(type="CountingLoop", max_iters=3, val_interval=10)).train()
+    assert CountingLoop.ran == 1
+
+
+def test_several_validation_sets_are_prefixed(tmp_path):
+    cfg = toy_config(work_dir=str(tmp_path), default_hooks=QUIET)
+    val = cfg["val_dataloader"]
+    cfg["val_dataloader"] = dict(clean=val, other=dict(val, batch_size=4))
+    runner = Runner.from_cfg(cfg)
+    metrics = runner.val()
+    assert set(metrics) == {"val/clean/accuracy", "val/clean/loss", "val/other/accuracy", "val/other/loss"}
+    assert metrics["val/clean/accuracy"] == metrics["val/other/accuracy"]
+
+
+def test_fast_dev_run_trains_two_iterations_and_saves_nothing(tmp_path):
+    cfg = toy_config(work_dir=str(tmp_path), default_hooks=QUIET)
+    runner = Runner.from_cfg(cfg, fast_dev_run=2)
+    runner.train()
+    assert runner.iter == 2
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".pth")]
+
+
+def test_amp_bfloat16_on_cpu(tmp_path):
+    runner = make(tmp_path, train_cfg=dict(max_iters=6, val_interval=3),
+                  optim_wrapper=dict(type="AmpOptimWrapper", dtype="bfloat16",
+                                     optimizer=dict(type="SGD", lr=0.1)))
+    before = {k: v.clone() for k, v in runner.unwrapped_model.state_dict().items()}
+    model = runner.train()
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_non_finite_loss_stops_with_iteration(tmp_path):
+    runner = make(tmp_path, optim_wrapper=dict(optimizer=dict(type="SGD", lr=1e30)),
+                  train_cfg=dict(max_iters=50, val_interval=100))
+    with pytest.raises(TrainingError) as exc:
+        runner.train()
+    assert "iteration" in str(exc.value).lower() and "loss" in str(exc.value)
+
+
+def test_model_returning_no_loss_is_explained(tmp_path):
+    class NoLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(1))
+
+        def forward(self, batch):
+            return {"logits": self.w * batch["inputs"].sum()}
+
+    runner = make(tmp_path, model=NoLoss())
+    with pytest.raises(TrainingError, match="none of which contains 'loss'"):
+        runner.train()
+
+
+def test_resume_continues_exactly(tmp_path):
+    straight = make(tmp_path / "a", train_cfg=dict(max_iters=12, val_interval=100)).train()
+    first = make(tmp_path / "b", train_cfg=dict(max_iters=12, val_interval=100),
+                 default_hooks=dict(QUIET, checkpoint=dict(interval=5)))
+    first.fast_dev_run = 7  # stop after 7 of 12 iterations, as if killed
+    first.train()
+    assert first.iter == 7
+    resumed = make(tmp_path / "b", train_cfg=dict(max_iters=12, val_interval=100), resume=True)
+    model = resumed.train()
+    assert resumed.iter == 12
+    for key, value in straight.state_dict().items():
+        assert torch.equal(model.state_dict()[key], value), key

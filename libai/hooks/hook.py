@@ -42,6 +42,7 @@ the class is defined: such a method would silently never be called.
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 from libai.utils.errors import ConfigError
@@ -139,6 +140,21 @@ class Hook:
 
     def is_stateful(self) -> bool:
         return type(self).state_dict is not Hook.state_dict
+
+    def disable_stage(self, stage: str) -> None:
+        """Tell the runner never to call ``stage`` on this instance.
+
+        For a stage the class implements but this configuration never needs (the runner then
+        spends nothing on it per iteration). Call it in ``__init__``, before the runner indexes
+        its hooks.
+        """
+        if stage not in STAGES:
+            raise ConfigError(f"Unknown hook stage '{stage}'.{did_you_mean(stage, STAGES)}")
+        setattr(self, stage, types.MethodType(_noop, self))
+
+    def uses_stage(self, stage: str) -> bool:
+        """Whether this hook does anything at ``stage`` (the runner skips it otherwise)."""
+        return getattr(getattr(self, stage), "__func__", None) is not _noop
 
     def __repr__(self) -> str:
         return type(self).__name__

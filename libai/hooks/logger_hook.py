@@ -29,68 +29,49 @@ def _fmt(value: float) -> str:
 
 
 class _RunningSum:
-    """Per-key sums of the logged values, kept on their device until the interval ends.
+    """The logged values of the current interval, per key, kept as given until read.
 
-    One ``torch.stack`` and one in-place add per iteration; reading the means costs one
-    transfer for all keys. A change of the key set (rare) folds the running sum into per-key
-    totals, so every key is averaged over the iterations that reported it.
+    Per iteration this only appends references (the values are detached 0-d tensors on their
+    device, or numbers), so logging costs no kernel launch and no device sync per iteration;
+    reading the means stacks each key once and transfers once. Memory is bounded by the log
+    interval. A key missing from some iterations is averaged over the iterations that had it.
     """
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
-        self._keys: tuple[str, ...] = ()
-        self._sum: torch.Tensor | None = None
-        self._n = 0
-        self._folded: dict[str, list[Any]] = {}  # key -> [tensor sum, count]
+        self._values: dict[str, list[Any]] = {}
         self.iterations = 0
 
     def add(self, outputs: Mapping[str, Any]) -> None:
         self.iterations += 1
-        if not outputs:
-            return
-        keys = tuple(outputs)
-        if keys != self._keys:
-            self._fold()
-            self._keys = keys
-        values = [v for v in outputs.values()]
-        device = next((v.device for v in values if isinstance(v, torch.Tensor)), None)
-        stacked = torch.stack(
-            [
-                (v if v.dim() == 0 else v.mean()).float()
-                if isinstance(v, torch.Tensor)
-                else torch.tensor(float(v), device=device)
-                for v in values
-            ]
-        )  # (num_keys,)
-        if self._sum is None:
-            self._sum = stacked
-        else:
-            self._sum += stacked
-        self._n += 1
-
-    def _fold(self) -> None:
-        if self._sum is None:
-            return
-        for key, s in zip(self._keys, self._sum.unbind()):
-            entry = self._folded.get(key)
-            if entry is None:
-                self._folded[key] = [s, self._n]
-            else:
-                entry[0] = entry[0] + s.to(entry[0].device)
-                entry[1] += self._n
-        self._keys, self._sum, self._n = (), None, 0
+        for key, value in outputs.items():
+            bucket = self._values.get(key)
+            if bucket is None:
+                bucket = self._values[key] = []
+            bucket.append(value)
 
     def means(self) -> dict[str, float]:
         """Averages since the last reset, as Python floats (one device read)."""
-        self._fold()
-        if not self._folded:
+        if not self._values:
             return {}
-        keys = list(self._folded)
-        device = self._folded[keys[0]][0].device
-        sums = torch.stack([self._folded[k][0].to(device) for k in keys]).tolist()
-        return {k: s / self._folded[k][1] for k, s in zip(keys, sums)}
+        per_key = [_mean(values) for values in self._values.values()]
+        device = per_key[0].device
+        values = torch.stack([t.to(device) for t in per_key]).tolist()
+        return dict(zip(self._values, values))
+
+
+def _mean(values: list[Any]) -> torch.Tensor:
+    """Mean of one key's values: one stack for the usual 0-d tensors on one device."""
+    first = values[0]
+    if isinstance(first, torch.Tensor) and all(
+        isinstance(v, torch.Tensor) and v.dim() == 0 and v.device == first.device for v in values
+    ):
+        return torch.stack(values).float().mean()
+    items = [v.detach().float().mean() if isinstance(v, torch.Tensor) else torch.tensor(float(v))
+             for v in values]
+    return torch.stack([t.to(items[0].device) for t in items]).mean()
 
 
 @HOOKS.register_module()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,18 @@ def _losses(outputs: Any) -> dict[str, torch.Tensor]:
     if not isinstance(outputs, Mapping):
         return {}
     return {k: v for k, v in outputs.items() if "loss" in k and isinstance(v, torch.Tensor)}
+
+
+def _all_finite(outputs: Any) -> bool:
+    """True when every ``*loss*`` entry is finite, with one device read."""
+    losses = [v for k, v in outputs.items() if "loss" in k and isinstance(v, torch.Tensor)] if (
+        isinstance(outputs, Mapping)) else []
+    if not losses:
+        return True
+    if len(losses) == 1:  # the usual case: a plain read, no kernel launch
+        v = losses[0]
+        return math.isfinite(v.item() if v.dim() == 0 else v.sum().item())
+    return bool(torch.stack([v if v.dim() == 0 else v.sum() for v in losses]).isfinite().all())
 
 
 def _fmt(outputs: Mapping[str, Any]) -> str:
@@ -86,6 +99,9 @@ class NonFiniteLossHook(Hook):
         self._params: list[tuple[str, torch.Tensor]] = []
         self._defer_to_scaler = False
         self._skipped_now = False
+        if policy != "skip":  # gradients are only inspected to skip steps
+            self.disable_stage("after_backward")
+            self.disable_stage("before_train")
 
     def _due(self, runner: Any) -> bool:
         return (runner.iter + 1) % self.check_interval == 0
@@ -103,13 +119,7 @@ class NonFiniteLossHook(Hook):
             return
         if not self._due(runner):
             return
-        losses = _losses(outputs)
-        if not losses:
-            return
-        # one reduction and one read-back for all loss entries
-        values = [v if v.dim() == 0 else v.sum() for v in losses.values()]
-        finite = torch.stack(values).isfinite().all()
-        if bool(finite):
+        if _all_finite(outputs):
             return
         where = f"iteration {runner.iter + 1}"
         if self.policy == "raise":

@@ -14,22 +14,21 @@ __all__ = ["RuntimeInfoHook"]
 
 @HOOKS.register_module()
 class RuntimeInfoHook(Hook):
-    """Write the loop position and the validation metrics into ``runner.message_hub``.
+    """Write the run's extent and the validation metrics into ``runner.message_hub``.
 
-    ``message_hub.info`` gets ``iter`` (completed train iterations), ``epoch`` (0-based current
-    epoch), ``max_iters`` and ``max_epochs``. After each validation or test set, its metrics (for
+    ``message_hub.info`` gets ``epoch`` (0-based current epoch), ``max_iters`` and
+    ``max_epochs``. The live iteration is ``runner.iter``; it is not copied per iteration. After each validation or test set, its metrics (for
     example ``val/accuracy``) are recorded as message-hub scalars at step ``runner.iter``, so
     that any hook can read the latest value with ``message_hub.latest(name)``.
 
     It runs first among the built-in hooks (priority VERY_HIGH) so that the others see fresh
-    values. Per-iteration cost: two dict assignments.
+    values. It does nothing per iteration.
     """
 
     priority = "VERY_HIGH"
 
     @staticmethod
     def _update_position(runner: Any) -> None:
-        runner.message_hub.update_info("iter", runner.iter)
         runner.message_hub.update_info("epoch", runner.epoch)
 
     def before_run(self, runner: Any) -> None:
@@ -43,14 +42,6 @@ class RuntimeInfoHook(Hook):
 
     def before_train_epoch(self, runner: Any) -> None:
         runner.message_hub.update_info("epoch", runner.epoch)
-
-    def before_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
-        runner.message_hub.update_info("iter", runner.iter)
-
-    def after_train_iter(
-        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
-    ) -> None:
-        runner.message_hub.update_info("iter", runner.iter + 1)
 
     def after_train(self, runner: Any) -> None:
         self._update_position(runner)

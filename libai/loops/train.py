@@ -111,8 +111,8 @@ class IterBasedTrainLoop(_TrainLoop):
         stop_at = runner.limit_iters(self.max_iters)
         runner.call_hook("before_train")
         runner.call_hook("before_train_epoch")
+        runner.model.train()  # the eval loops restore the mode they found
         while self._iter < stop_at and not runner.should_stop:
-            runner.model.train()
             batch = self._next_batch()
             self.run_iter(self._batch_in_epoch - 1, batch)
             if runner.val_loop is not None and self._should_validate(stop_at):

@@ -104,18 +104,20 @@ def unwrap_model(model: nn.Module) -> nn.Module:
             return model
 
 
-def _preprocess(model: nn.Module, data: Any, training: bool) -> Any:
+def _preprocess(model: nn.Module, data: Any, training: bool, device: torch.device | None) -> Any:
     pre = getattr(model, "data_preprocessor", None)
     if pre is not None:
         return pre(data, training)
-    try:
-        device = next(model.parameters()).device
-    except StopIteration:
-        return data
+    if device is None:  # found once per call: pass ``device`` on hot paths
+        param = next(model.parameters(), None)
+        if param is None:
+            return data
+        device = param.device
     return to_device(data, device)
 
 
-def train_step(model: nn.Module, data: Any, optim_wrapper: Any, forward: nn.Module | None = None) -> dict:
+def train_step(model: nn.Module, data: Any, optim_wrapper: Any, forward: nn.Module | None = None,
+               device: torch.device | None = None) -> dict:
     """One optimisation step for a plain module: preprocess, forward, parse losses, update.
 
     Args:
@@ -123,12 +125,13 @@ def train_step(model: nn.Module, data: Any, optim_wrapper: Any, forward: nn.Modu
         data: A batch from the data loader.
         optim_wrapper: Does backward, accumulation, clipping and the step.
         forward: The module to call (the DDP or compiled wrapper). Defaults to ``model``.
+        device: Where the batch goes. Defaults to the device of the model's first parameter.
 
     Returns:
         The detached values to log.
     """
     forward = forward if forward is not None else model
-    data = _preprocess(model, data, True)
+    data = _preprocess(model, data, True, device)
     with optim_wrapper.optim_context(forward):
         outputs = forward(data)
     loss, log_vars = parse_losses(outputs)
@@ -137,10 +140,11 @@ def train_step(model: nn.Module, data: Any, optim_wrapper: Any, forward: nn.Modu
 
 
 @torch.no_grad()
-def val_step(model: nn.Module, data: Any, forward: nn.Module | None = None) -> Any:
+def val_step(model: nn.Module, data: Any, forward: nn.Module | None = None,
+             device: torch.device | None = None) -> Any:
     """Preprocess and forward a batch in eval mode; returns what the metrics consume."""
     forward = forward if forward is not None else model
-    return forward(_preprocess(model, data, False))
+    return forward(_preprocess(model, data, False, device))
 
 
 test_step = val_step

@@ -17,11 +17,24 @@ class CheckpointMixin:
     """Runner methods for checkpoints; uses the runner's parts, owns no state of its own."""
 
     _resumed = False
+    _config_text: str | None = None
+
+    @property
+    def config_text(self) -> str:
+        """The resolved config as Python text (formatted once: the config is read-only)."""
+        if self._config_text is None:
+            self._config_text = self.cfg.pretty_text
+        return self._config_text
 
     # --------------------------------------------------------------------------- save
-    def checkpoint_state(self, meta: dict | None = None) -> dict:
+    def checkpoint_state(self, meta: dict | None = None, rng: list | None = None) -> dict:
         """Everything needed to continue the run exactly: weights, optimizer, schedulers, hooks,
-        loop and sampler position, RNG states of every rank, config text and versions."""
+        loop and sampler position, RNG states of every rank, config text and versions.
+
+        Args:
+            meta: Extra entries for ``state["meta"]``. Defaults to None.
+            rng: The RNG states of every rank, by rank. Defaults to this process's only.
+        """
         import torch
 
         from libai.checkpoint import get_rng_state, model_state_for_saving
@@ -38,13 +51,13 @@ class CheckpointMixin:
                 "world_size": self.world_size,
                 "seed": self.seed,
                 "experiment_name": self.experiment_name,
-                "config": self.cfg.pretty_text,
+                "config": self.config_text,
                 **(meta or {}),
             },
             "state_dict": model_state_for_saving(self.model),
             "message_hub": self.message_hub.state_dict(),
             "hooks": {key: hook.state_dict() for key, hook in self._stateful_hooks().items()},
-            "rng": dist.all_gather_object(get_rng_state()),
+            "rng": rng if rng is not None else [get_rng_state()],
         }
         if loop is not None:
             state["loop"] = loop.state_dict()
@@ -56,16 +69,18 @@ class CheckpointMixin:
         return state
 
     def save_checkpoint(self, filename: str, meta: dict | None = None) -> str:
-        """Write a full checkpoint ``work_dir/filename`` (rank 0), then move the latest pointer.
+        """Write a full checkpoint ``work_dir/filename``, then move the latest pointer.
 
-        Every rank must call this (the RNG states are gathered). Returns the path.
+        Every rank must call this: the RNG states of all ranks are gathered. Rank 0 alone builds
+        the state, calls the ``before_save_checkpoint`` hooks and writes. Returns the path.
         """
-        from libai.checkpoint import save_checkpoint, update_latest
+        from libai.checkpoint import get_rng_state, save_checkpoint, update_latest
 
         path = os.path.join(self.work_dir, filename)
-        state = self.checkpoint_state(meta)
-        self.call_hook("before_save_checkpoint", checkpoint=state)
+        rng = dist.all_gather_object(get_rng_state())
         if dist.is_main_process():
+            state = self.checkpoint_state(meta, rng=rng)
+            self.call_hook("before_save_checkpoint", checkpoint=state)
             save_checkpoint(state, path)
             update_latest(self.work_dir, path)
         dist.barrier()

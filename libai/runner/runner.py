@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from functools import partial
 from typing import Any
 
 from torch import nn
@@ -69,6 +70,7 @@ class Runner(CheckpointMixin):
         self.logger.info(self.hook_order_text())
         self._optim_wrapper = None
         self._param_schedulers = None
+        self._train_step = self._eval_step = None
         self._train_loop = None
         self._loops: dict[str, Any] = {}
 
@@ -96,6 +98,8 @@ class Runner(CheckpointMixin):
             self.logger.warning(f"The saved config cannot be re-run as is: {e}")
             with open(path, "w") as f:
                 f.write(f"# Not loadable as is: {e}\n{keep.pretty_text}")
+        with open(path) as f:
+            self._config_text = f.read()  # checkpoints carry it: formatting it again is slow
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         if dist.is_distributed():
@@ -166,7 +170,8 @@ class Runner(CheckpointMixin):
                 raise ConfigError("Training needs 'optim_wrapper', e.g. optim_wrapper=dict("
                                   "optimizer=dict(type='AdamW', lr=1e-3)).")
             self._optim_wrapper = build_optim_wrapper(self.unwrapped_model, self.cfg.optim_wrapper)
-            self._optim_wrapper.register_after_backward(lambda: self.call_hook("after_backward"))
+            if "after_backward" in self._stage_hooks:
+                self._optim_wrapper.register_after_backward(lambda: self.call_hook("after_backward"))
         return self._optim_wrapper
 
     @property
@@ -210,18 +215,27 @@ class Runner(CheckpointMixin):
     # ------------------------------------------------------------------------- steps
     def run_train_step(self, data: Any) -> dict:
         """One training step; the model's own ``train_step`` wins over the default."""
-        model = self.unwrapped_model
-        step = getattr(model, "train_step", None)
-        if step is not None:
-            return step(data, self.optim_wrapper, forward=self.model)
-        return default_train_step(model, data, self.optim_wrapper, forward=self.model)
+        if self._train_step is None:
+            self._train_step = self._resolve_step("train_step")
+        return self._train_step(data, self.optim_wrapper, forward=self.model)
 
     def run_eval_step(self, data: Any) -> Any:
+        """One evaluation step; the model's own ``val_step`` wins over the default."""
+        if self._eval_step is None:
+            self._eval_step = self._resolve_step("val_step")
+        return self._eval_step(data, forward=self.model)
+
+    def _resolve_step(self, name: str) -> Any:
+        """The model's own step method, or the default one bound to this model and device.
+
+        Resolved once: a failed attribute lookup on an nn.Module is slow, and this runs per step.
+        """
         model = self.unwrapped_model
-        step = getattr(model, "val_step", None)
-        if step is not None:
-            return step(data, forward=self.model)
-        return default_eval_step(model, data, forward=self.model)
+        own = getattr(model, name, None)
+        if own is not None:
+            return own
+        default = default_train_step if name == "train_step" else default_eval_step
+        return partial(default, model, device=self.device)
 
     def call_hook(self, stage: str, **kwargs: Any) -> None:
         """Call ``stage`` on every hook that overrides it, in priority order."""
@@ -276,14 +290,11 @@ class Runner(CheckpointMixin):
 
 
 def _index_hooks(hooks: list) -> dict[str, list]:
-    """Per stage, the hooks that override it: a stage no hook uses costs nothing per iteration."""
-    from libai.hooks.hook import STAGES, Hook
+    """Per stage, the hooks that act at it: a stage no hook uses costs nothing per iteration."""
+    from libai.hooks.hook import STAGES
 
-    return {
-        stage: [h for h in hooks if getattr(type(h), stage) is not getattr(Hook, stage)]
-        for stage in STAGES
-        if any(getattr(type(h), stage) is not getattr(Hook, stage) for h in hooks)
-    }
+    index = {stage: [h for h in hooks if h.uses_stage(stage)] for stage in STAGES}
+    return {stage: used for stage, used in index.items() if used}
 
 
 def _config_name(cfg: Any) -> str:

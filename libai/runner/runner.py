@@ -66,6 +66,10 @@ class Runner(CheckpointMixin):
         self.unwrapped_model = build.build_model(cfg.model).to(self.device)
         self.model = self._wrap(self.unwrapped_model)
         self.hooks = build.build_hooks(self._default_hooks(), cfg.get("default_hooks"), cfg.get("custom_hooks"))
+        if self.fast_dev_run:  # a dry run saves nothing
+            from libai.hooks import CheckpointHook
+
+            self.hooks = [h for h in self.hooks if not isinstance(h, CheckpointHook)]
         self._stage_hooks = _index_hooks(self.hooks)
         self.logger.info(self.hook_order_text())
         self._optim_wrapper = None
@@ -109,10 +113,7 @@ class Runner(CheckpointMixin):
     def _default_hooks(self) -> dict:
         from libai.hooks import DEFAULT_HOOKS
 
-        hooks = {k: dict(v) for k, v in DEFAULT_HOOKS.items()}
-        if self.fast_dev_run:
-            hooks.pop("checkpoint", None)
-        return hooks
+        return {k: dict(v) for k, v in DEFAULT_HOOKS.items()}
 
     def hook_order_text(self) -> str:
         """The hooks called at each stage, in order (printed at start-up)."""

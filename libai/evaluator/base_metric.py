@@ -32,7 +32,6 @@ from libai.utils.suggest import did_you_mean
 
 __all__ = ["BaseMetric", "lookup_key", "nan_with_warning", "to_numpy"]
 
-_COLLECT_DEVICES = ("cpu", "gpu")
 
 
 def to_numpy(value: Any) -> np.ndarray:
@@ -131,23 +130,13 @@ class BaseMetric(ABC):
     Args:
         prefix: Put in front of every key as ``"{prefix}/{key}"``. Defaults to None, which uses
             the class attribute ``default_prefix``; pass ``""`` for no prefix at all.
-        collect_device: ``"cpu"`` or ``"gpu"``. Results are always stored as host (numpy or
-            Python) values and gathered with ``libai.utils.dist.all_gather_object``, which uses
-            the process group's backend; the value is validated and kept for configs written for
-            other engines. Defaults to "cpu".
     """
 
     #: Prefix used when the ``prefix`` argument is None. None means no prefix.
     default_prefix: str | None = None
 
-    def __init__(self, prefix: str | None = None, collect_device: str = "cpu") -> None:
-        if collect_device not in _COLLECT_DEVICES:
-            raise ConfigError(
-                f"{type(self).__name__}: collect_device must be one of {_COLLECT_DEVICES}, got "
-                f"{collect_device!r}.{did_you_mean(str(collect_device), _COLLECT_DEVICES)}"
-            )
+    def __init__(self, prefix: str | None = None) -> None:
         self.prefix = self.default_prefix if prefix is None else prefix
-        self.collect_device = collect_device
         self.results: list[Any] = []
 
     @property

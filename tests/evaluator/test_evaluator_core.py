@@ -87,11 +87,6 @@ def test_prefix_and_default_prefix():
     assert metric.evaluate(2) == {"count": 2.0}
 
 
-def test_collect_device_is_validated():
-    with pytest.raises(ConfigError, match="Did you mean 'gpu'"):
-        RecordIndex(collect_device="gpus")
-
-
 # ------------------------------------------------------------------------ simulated ranks
 def test_two_simulated_ranks_restore_sampler_order(monkeypatch):
     size, world_size = 11, 2

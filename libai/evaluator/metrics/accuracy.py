@@ -34,7 +34,6 @@ class Accuracy(BaseMetric):
         label_key: Key of the labels, looked up in the outputs, then the batch.
             Defaults to "labels".
         prefix: See :class:`BaseMetric`. Defaults to None.
-        collect_device: See :class:`BaseMetric`. Defaults to "cpu".
     """
 
     def __init__(
@@ -43,9 +42,8 @@ class Accuracy(BaseMetric):
         pred_key: str = "logits",
         label_key: str = "labels",
         prefix: str | None = None,
-        collect_device: str = "cpu",
     ) -> None:
-        super().__init__(prefix=prefix, collect_device=collect_device)
+        super().__init__(prefix=prefix)
         ks = (topk,) if isinstance(topk, int) else tuple(topk)
         if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
             raise ConfigError(f"Accuracy: topk must be positive ints, got {topk!r}.")

@@ -111,7 +111,6 @@ class AUC(BaseMetric):
         label_key: Key of the 0/1 labels, looked up in the outputs, then the batch.
             Defaults to "labels".
         prefix: See :class:`BaseMetric`. Defaults to None.
-        collect_device: See :class:`BaseMetric`. Defaults to "cpu".
     """
 
     def __init__(
@@ -119,9 +118,8 @@ class AUC(BaseMetric):
         pred_key: str = "scores",
         label_key: str = "labels",
         prefix: str | None = None,
-        collect_device: str = "cpu",
     ) -> None:
-        super().__init__(prefix=prefix, collect_device=collect_device)
+        super().__init__(prefix=prefix)
         self.pred_key = pred_key
         self.label_key = label_key
 
@@ -158,7 +156,6 @@ class GAUC(AUC):
         pred_key: As in :class:`AUC`. Defaults to "scores".
         label_key: As in :class:`AUC`. Defaults to "labels".
         prefix: See :class:`BaseMetric`. Defaults to None.
-        collect_device: See :class:`BaseMetric`. Defaults to "cpu".
     """
 
     def __init__(
@@ -167,9 +164,8 @@ class GAUC(AUC):
         pred_key: str = "scores",
         label_key: str = "labels",
         prefix: str | None = None,
-        collect_device: str = "cpu",
     ) -> None:
-        super().__init__(pred_key, label_key, prefix=prefix, collect_device=collect_device)
+        super().__init__(pred_key, label_key, prefix=prefix)
         self.group_key = group_key
 
     def process(self, batch: Any, outputs: Any) -> None:

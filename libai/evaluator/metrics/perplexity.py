@@ -42,7 +42,6 @@ class Perplexity(BaseMetric):
         ignore_index: Target id that marks positions to skip (padding, prompt).
             Defaults to -100.
         prefix: See :class:`BaseMetric`. Defaults to None.
-        collect_device: See :class:`BaseMetric`. Defaults to "cpu".
     """
 
     #: Output keys of per-sequence sums that, when both present, replace the logits.
@@ -55,9 +54,8 @@ class Perplexity(BaseMetric):
         label_key: str = "labels",
         ignore_index: int = -100,
         prefix: str | None = None,
-        collect_device: str = "cpu",
     ) -> None:
-        super().__init__(prefix=prefix, collect_device=collect_device)
+        super().__init__(prefix=prefix)
         self.pred_key = pred_key
         self.label_key = label_key
         self.ignore_index = ignore_index

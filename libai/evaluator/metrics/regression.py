@@ -35,7 +35,6 @@ class MeanSquaredError(BaseMetric):
         label_key: Key of the targets, looked up in the outputs, then the batch.
             Defaults to "labels".
         prefix: See :class:`BaseMetric`. Defaults to None.
-        collect_device: See :class:`BaseMetric`. Defaults to "cpu".
     """
 
     def __init__(
@@ -43,9 +42,8 @@ class MeanSquaredError(BaseMetric):
         pred_key: str = "preds",
         label_key: str = "labels",
         prefix: str | None = None,
-        collect_device: str = "cpu",
     ) -> None:
-        super().__init__(prefix=prefix, collect_device=collect_device)
+        super().__init__(prefix=prefix)
         self.pred_key = pred_key
         self.label_key = label_key
 

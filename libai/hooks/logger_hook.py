@@ -165,8 +165,10 @@ class LoggerHook(Hook):
         self._sums.reset()
         device = torch.device(runner.device)
         self._cuda_device = device if device.type == "cuda" else None
-        # after a resume, drop whatever an earlier attempt logged past the restored iteration
-        self._open(runner, resume_step=runner.iter if runner.iter > 0 else None)
+        # One scalar series per work dir, like its checkpoints: a resumed run drops what an
+        # earlier attempt logged past the restored iteration (a fresh run drops everything), so
+        # steps never repeat or go backwards.
+        self._open(runner, resume_step=runner.iter)
         self._bar.add("train", "train", total=runner.max_iters, completed=runner.iter)
 
     def after_train(self, runner: Any) -> None:
@@ -188,8 +190,11 @@ class LoggerHook(Hook):
     def _open(self, runner: Any, resume_step: int | None = None) -> None:
         if self._opened or runner.rank != 0:
             return
+        # training writes next to its checkpoints; an eval-only run (tools/test.py) into its own
+        # run folder, so it never appends a backwards step to a training series
+        target = runner.work_dir if self._training else runner.log_dir
         for backend in self.backends:
-            backend.open(runner.log_dir, resume_step=resume_step)
+            backend.open(target, resume_step=resume_step)
         self._opened = True
 
     def _write(self, runner: Any, scalars: dict[str, float], step: int) -> None:

@@ -18,8 +18,9 @@ from libai.registry import HOOKS
 from libai.utils.errors import BuildError, ConfigError
 
 
-def _rows(runner):
-    with open(os.path.join(runner.log_dir, "scalars.jsonl")) as f:
+def _rows(runner, folder="work_dir"):
+    """Training scalars live in the work dir; an eval-only run writes into its run folder."""
+    with open(os.path.join(getattr(runner, folder), "scalars.jsonl")) as f:
         return [json.loads(line) for line in f]
 
 
@@ -153,7 +154,7 @@ def test_tensorboard_events(make_runner, run_iters):
         validate=lambda done: {"val/accuracy": 0.5} if done == 4 else None,
     )
     runner.call_hook("after_run")
-    acc = EventAccumulator(os.path.join(runner.log_dir, "tensorboard"))
+    acc = EventAccumulator(os.path.join(runner.work_dir, "tensorboard"))
     acc.Reload()
     loss = [(e.step, e.value) for e in acc.Scalars("train/loss")]
     assert loss == [(2, pytest.approx(0.5)), (4, pytest.approx(2.5))]
@@ -239,7 +240,8 @@ def test_test_metrics_logged_outside_training(make_runner, run_val):
     run_val(runner, {"test/accuracy": 0.9}, stage="test")
     runner.call_hook("after_run")
     assert any(m.startswith("Test (iteration 7)  test/accuracy: 0.9000") for m in runner.messages)
-    assert _rows(runner) == [{"step": 7, "test/accuracy": 0.9}]
+    assert _rows(runner, "log_dir") == [{"step": 7, "test/accuracy": 0.9}]
+    assert not os.path.exists(os.path.join(runner.work_dir, "scalars.jsonl"))
 
 
 def test_progress_bar_on_terminal(make_runner, run_iters, monkeypatch):

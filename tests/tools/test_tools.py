@@ -32,14 +32,14 @@ def test_train_writes_logs_checkpoints_and_tensorboard(trained):
     files = os.listdir(work)
     assert {"iter_150.pth", "iter_300.pth", "latest_checkpoint"} <= set(files)
     assert any(f.startswith("best_val_accuracy_iter_") for f in files)
-    run_dir = work / next(f for f in files if os.path.isdir(work / f))
-    lines = [json.loads(line) for line in open(run_dir / "scalars.jsonl")]
+    run_dir = work / next(f for f in files if f[:8].isdigit() and os.path.isdir(work / f))
+    lines = [json.loads(line) for line in open(work / "scalars.jsonl")]
     assert [r["step"] for r in lines if "train/loss" in r] == [50, 100, 150, 200, 250, 300]
     acc = [r["val/accuracy"] for r in lines if "val/accuracy" in r]
     assert acc[-1] > 0.9, acc
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events = EventAccumulator(str(work / "tensorboard"))
     events.Reload()
     assert [e.step for e in events.Scalars("train/loss")] == [50, 100, 150, 200, 250, 300]
     assert os.path.getsize(run_dir / "plots" / "loss.png") > 1000
@@ -124,7 +124,7 @@ def test_ddp_two_processes_match_one_process_with_double_batch(tmp_path):
     assert single.returncode == 0, single.stderr
     log = ddp.stdout + ddp.stderr
     assert "world size   2" in log
-    run_dirs = [d for d in os.listdir(tmp_path / "w_ddp") if os.path.isdir(tmp_path / "w_ddp" / d)]
+    run_dirs = [d for d in os.listdir(tmp_path / "w_ddp") if d[:8].isdigit()]
     assert len(run_dirs) == 1  # rank 0 alone writes logs
     a = torch.load(tmp_path / "w_ddp" / "iter_10.pth")
     b = torch.load(tmp_path / "w_single" / "iter_10.pth")

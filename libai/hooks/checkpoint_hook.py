@@ -11,6 +11,7 @@ from typing import Any
 from libai.checkpoint import read_latest, remove_checkpoint
 from libai.registry import HOOKS
 from libai.utils.errors import CheckpointError, ConfigError
+from libai.utils.suggest import did_you_mean
 
 from ._metrics import check_rule, improved, infer_rule, lookup_metric
 from .hook import Hook
@@ -63,6 +64,12 @@ class CheckpointHook(Hook):
             be.
         save_begin: First iteration (or epoch) count at which periodic saving may happen; the
             interval counts from there. Defaults to 0.
+        async_save: Write checkpoints in a background thread: training is blocked only while
+            the state is copied to host memory; the next save waits for the previous one and the
+            latest pointer moves only once a checkpoint is complete. Defaults to False.
+        on_error: What a failed save (a full disk, say) does: 'raise' stops training with one
+            clear error; 'warn' logs it and trains on. Either way every earlier checkpoint and
+            the latest pointer stay intact. Defaults to 'raise'.
 
     State kept in checkpoints: the best score and file, and the list of kept checkpoints, so that
     a resumed run keeps pruning the same files and compares against the same best.
@@ -79,7 +86,14 @@ class CheckpointHook(Hook):
         save_best: str | None = None,
         rule: str | None = None,
         save_begin: int = 0,
+        async_save: bool = False,
+        on_error: str = "raise",
     ) -> None:
+        if on_error not in ("raise", "warn"):
+            raise ConfigError(f"CheckpointHook: on_error must be 'raise' or 'warn', got {on_error!r}."
+                              f"{did_you_mean(str(on_error), ['raise', 'warn'])}")
+        self.async_save = bool(async_save)
+        self.on_error = on_error
         self.interval = _int_option("interval", interval, 1)
         self.by_epoch = bool(by_epoch)
         self.max_keep_ckpts = _int_option("max_keep_ckpts", max_keep_ckpts, 1)
@@ -135,6 +149,7 @@ class CheckpointHook(Hook):
     def after_train(self, runner: Any) -> None:
         self._training = False
         if not self.save_last or self._last_saved_iter == runner.iter:
+            self._guard(runner, runner.wait_for_checkpoints)
             return
         if self.by_epoch and self._epoch_end is not None and self._epoch_end[1] == runner.iter:
             filename = f"epoch_{self._epoch_end[0]}.pth"
@@ -143,14 +158,28 @@ class CheckpointHook(Hook):
         self._save_periodic(runner, filename, runner.iter)
 
     # --------------------------------------------------------------------------- saving
-    def _save(self, runner: Any, filename: str) -> str:
-        """Save through the runner; returns the file's name relative to the work dir."""
-        path = runner.save_checkpoint(filename) or os.path.join(runner.work_dir, filename)
+    def _guard(self, runner: Any, fn: Any, *args: Any) -> Any:
+        """Run a save under the ``on_error`` policy; returns None when a save failed."""
+        try:
+            return fn(*args)
+        except CheckpointError as e:
+            if self.on_error == "raise":
+                raise
+            runner.logger.error(f"{e} Training goes on (CheckpointHook on_error='warn').")
+            return None
+
+    def _save(self, runner: Any, filename: str) -> str | None:
+        """Save through the runner; returns the file's name relative to the work dir, or None
+        when the save failed under ``on_error='warn'``."""
+        path = self._guard(runner, runner.save_checkpoint, filename, None, self.async_save)
+        if path is None:
+            return None
         return os.path.relpath(os.path.abspath(path), os.path.abspath(runner.work_dir))
 
     def _save_periodic(self, runner: Any, filename: str, done_iter: int) -> None:
         # Decide what to prune before saving, so that the checkpoint records the list as it will
         # be once the old files are gone; the files themselves go only after the save succeeded.
+        before = list(self.kept)
         kept = [p for p in self.kept if p != filename] + [filename]
         victims: list[str] = []
         if self.max_keep_ckpts > 0:
@@ -160,7 +189,11 @@ class CheckpointHook(Hook):
                 if name != self.best_file:
                     victims.append(name)
         self.kept = [p for p in kept if p not in victims]
-        self.kept[-1] = self._save(runner, filename)
+        saved = self._save(runner, filename)
+        if saved is None:  # failed: keep every earlier file
+            self.kept = before
+            return
+        self.kept[-1] = saved
         self._last_saved_iter = done_iter
         self._delete(runner, victims)
 
@@ -195,12 +228,16 @@ class CheckpointHook(Hook):
         assert self.rule is not None
         if not math.isfinite(score) or not improved(score, self.best_score, self.rule):
             return
-        previous = self.best_file
+        previous, previous_score = self.best_file, self.best_score
         tag = re.sub(r"[^0-9A-Za-z_.-]+", "_", self.best_metric)
         filename = f"best_{tag}_iter_{runner.iter}.pth"
         # set before saving: the best checkpoint records itself as the best
         self.best_score, self.best_file = score, filename
-        self.best_file = self._save(runner, filename)
+        saved = self._save(runner, filename)
+        if saved is None:  # failed under on_error='warn': the earlier best stays the best
+            self.best_score, self.best_file = previous_score, previous
+            return
+        self.best_file = saved
         runner.logger.info(f"New best {self.best_metric} = {score:.6g}: saved {self.best_file}")
         if previous and previous != self.best_file and previous not in self.kept:
             self._delete(runner, [previous])

@@ -68,23 +68,62 @@ class CheckpointMixin:
             state["param_schedulers"] = [s.state_dict() for s in self.param_schedulers]
         return state
 
-    def save_checkpoint(self, filename: str, meta: dict | None = None) -> str:
+    def save_checkpoint(self, filename: str, meta: dict | None = None,
+                        asynchronous: bool = False) -> str:
         """Write a full checkpoint ``work_dir/filename``, then move the latest pointer.
 
         Every rank must call this: the RNG states of all ranks are gathered. Rank 0 alone builds
-        the state, calls the ``before_save_checkpoint`` hooks and writes. Returns the path.
+        the state, calls the ``before_save_checkpoint`` hooks and writes.
+
+        Args:
+            filename: File name inside the work dir.
+            meta: Extra entries for ``state["meta"]``. Defaults to None.
+            asynchronous: Return once the state is copied to host memory and write it in a
+                background thread; the latest pointer moves when the file and its manifest are
+                complete, and the next save first waits for this one. Defaults to False.
+
+        Returns:
+            The checkpoint's path.
+
+        Raises:
+            CheckpointError: The save failed (an earlier asynchronous one included); every
+                earlier checkpoint and the latest pointer are left as they were.
         """
         from libai.checkpoint import get_rng_state, save_checkpoint, update_latest
 
         path = os.path.join(self.work_dir, filename)
         rng = dist.all_gather_object(get_rng_state())
+        error = None
         if dist.is_main_process():
-            state = self.checkpoint_state(meta, rng=rng)
-            self.call_hook("before_save_checkpoint", checkpoint=state)
-            save_checkpoint(state, path)
-            update_latest(self.work_dir, path)
-        dist.barrier()
+            try:
+                state = self.checkpoint_state(meta, rng=rng)
+                self.call_hook("before_save_checkpoint", checkpoint=state)
+                if asynchronous:
+                    self._async_saver().save(
+                        state, path, on_done=lambda p: update_latest(self.work_dir, p))
+                else:
+                    save_checkpoint(state, path)
+                    update_latest(self.work_dir, path)
+            except CheckpointError as e:
+                error = e
+        # every rank learns of a failure on rank 0, so that all stop (or go on) together
+        error = dist.broadcast_object(error)
+        if error is not None:
+            raise error
         return path
+
+    def wait_for_checkpoints(self) -> None:
+        """Block until an asynchronous save in flight is complete; re-raise its failure."""
+        saver = getattr(self, "_saver", None)
+        if saver is not None and dist.is_main_process():
+            saver.wait()
+
+    def _async_saver(self) -> Any:
+        if getattr(self, "_saver", None) is None:
+            from libai.checkpoint import AsyncCheckpointSaver
+
+            self._saver = AsyncCheckpointSaver()
+        return self._saver
 
     # --------------------------------------------------------------------------- load
     def _stateful_hooks(self) -> dict:

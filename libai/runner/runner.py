@@ -19,7 +19,7 @@ from libai.model import test_step as default_eval_step
 from libai.model import train_step as default_train_step
 from libai.registry import RUNNERS
 from libai.utils import dist
-from libai.utils.errors import ConfigError
+from libai.utils.errors import CheckpointError, ConfigError
 from libai.utils.message_hub import MessageHub
 
 from . import build, env
@@ -254,8 +254,12 @@ class Runner(CheckpointMixin):
             self._load_or_resume()
             self.optim_wrapper.initialize_count_status(self.model, loop.iter, loop.max_iters)
             loop.run()
+            self.wait_for_checkpoints()
         finally:
-            self.call_hook("after_run")
+            try:
+                self.call_hook("after_run")
+            finally:
+                self._join_saver()
         return self.unwrapped_model
 
     def val(self) -> dict[str, float]:
@@ -276,6 +280,13 @@ class Runner(CheckpointMixin):
             return loop.run()
         finally:
             self.call_hook("after_run")
+
+    def _join_saver(self) -> None:
+        """Never leave a checkpoint writer thread behind (on any exit, Ctrl-C included)."""
+        try:
+            self.wait_for_checkpoints()
+        except CheckpointError as e:  # reported here if training ended by another error
+            self.logger.error(str(e))
 
     def _log_derived(self, loop: Any) -> None:
         """Values derived from the config: logged, never written back into it."""

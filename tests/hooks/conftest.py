@@ -123,7 +123,11 @@ class FakeRunner:
         for hook in self.hooks:
             getattr(hook, stage)(self, **kwargs)
 
-    def save_checkpoint(self, filename: str, meta: dict | None = None) -> str:
+    def wait_for_checkpoints(self) -> None:
+        pass
+
+    def save_checkpoint(self, filename: str, meta: dict | None = None,
+                        asynchronous: bool = False) -> str:
         """Like the runner's: hook states in, file + manifest written, latest pointer moved."""
         path = os.path.join(self.work_dir, filename)
         state = {

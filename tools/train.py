@@ -25,6 +25,8 @@ def parse_args(argv=None):
                         help="mixed precision: float16 on CUDA, bfloat16 on CPU")
     parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="PATH",
                         help="resume from the latest checkpoint in the work dir, or from PATH")
+    parser.add_argument("--allow-changes", nargs="+", metavar="KEY", default=None,
+                        help="on resume, accept these schedule changes (e.g. train_cfg.max_iters)")
     parser.add_argument("--load-from", metavar="PATH", help="load weights only (no resume)")
     parser.add_argument("--fast-dev-run", nargs="?", const=2, type=int, default=0, metavar="N",
                         help="run N (default 2) train iterations and eval batches; save nothing")
@@ -46,6 +48,8 @@ def main(argv=None):
         cfg.optim_wrapper = wrapper
     if args.resume is not None:
         cfg.resume = args.resume
+    if args.allow_changes:
+        cfg.resume_options = dict(allow_changes=args.allow_changes)
     if args.load_from:
         cfg.load_from = args.load_from
     runner = Runner.from_cfg(cfg, fast_dev_run=args.fast_dev_run)

@@ -44,7 +44,7 @@ TOP_LEVEL_KEYS = {
     "compile": "graph mode: True or torch.compile options",
     "model_wrapper_cfg": "extra DistributedDataParallel arguments",
     "log_level": "'INFO' (default), 'DEBUG', 'WARNING'",
-    "load_from": "a checkpoint to load weights from (no resume)",
+    "load_from": "weights to load (no resume): a path, or dict(path=..., strict=True, remap=...)",
     "resume": "True for the latest checkpoint in work_dir, or a checkpoint path",
     "resume_options": "dict(allow_changes=[...]): schedule changes accepted on resume",
 }

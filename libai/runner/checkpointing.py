@@ -8,7 +8,9 @@ import time
 from typing import Any
 
 from libai.utils import dist
-from libai.utils.errors import CheckpointError
+from libai.utils.errors import CheckpointError, ConfigError
+
+from .resume_check import check_resume_config, config_json
 
 __all__ = ["CheckpointMixin"]
 
@@ -52,6 +54,7 @@ class CheckpointMixin:
                 "seed": self.seed,
                 "experiment_name": self.experiment_name,
                 "config": self.config_text,
+                "config_json": config_json(self.cfg),
                 **(meta or {}),
             },
             "state_dict": model_state_for_saving(self.model),
@@ -155,6 +158,9 @@ class CheckpointMixin:
         if "loop" not in ckpt:
             raise CheckpointError(f"{path} holds no training state (it was saved outside training); "
                                   f"use load_from={path!r} to load its weights instead.")
+        meta = ckpt.get("meta", {})
+        check_resume_config(meta.get("config_json"), meta.get("world_size"), self.cfg,
+                            self.world_size, self.logger)
         load_model_state(self.unwrapped_model, ckpt["state_dict"], strict=True)
         self.optim_wrapper.load_state_dict(ckpt["optimizer"])
         for sched, st in zip(self.param_schedulers, ckpt.get("param_schedulers", [])):
@@ -174,7 +180,12 @@ class CheckpointMixin:
         if len(rng) == self.world_size:
             set_rng_state(rng[self.rank])
         self.call_hook("after_load_checkpoint", checkpoint=ckpt)
-        self.logger.info(f"Resumed from {path} at iteration {loop.iter} (epoch {loop.epoch}).")
+        self.logger.info(
+            f"Resumed from {path} at iteration {loop.iter} (epoch {loop.epoch}, batch "
+            f"{ckpt['loop']['batch_in_epoch']} of the epoch). From the checkpoint: model weights, "
+            f"optimizer, schedulers, loop and sampler position, RNG states, "
+            f"{len(ckpt.get('hooks', {}))} hook state(s). From the current config: everything else."
+        )
 
     def _load_or_resume(self, weights_only: bool = False) -> None:
         """Apply ``resume`` / ``load_from`` from the config, once."""
@@ -189,7 +200,13 @@ class CheckpointMixin:
                 return
             self.logger.info(f"resume: no complete checkpoint in {self.work_dir}; starting fresh.")
         if load_from:
-            self.load_checkpoint(load_from)
+            opts = dict(load_from) if isinstance(load_from, dict) else {"path": load_from}
+            unknown = set(opts) - {"path", "strict", "remap"}
+            if unknown or "path" not in opts:
+                raise ConfigError(
+                    f"load_from must be a path or dict(path=..., strict=True, remap=None); got "
+                    f"keys {sorted(opts)}.")
+            self.load_checkpoint(opts["path"], strict=opts.get("strict", True), remap=opts.get("remap"))
 
     def _find_resumable(self) -> str | None:
         from libai.checkpoint import find_resumable

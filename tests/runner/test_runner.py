@@ -10,7 +10,7 @@ from libai.hooks import Hook
 from libai.registry import HOOKS, LOOPS
 from libai.runner import Runner
 from libai.testing import ToyDataset, ToyModel, toy_config
-from libai.utils.errors import BuildError, ConfigError, RegistryError, TrainingError
+from libai.utils.errors import BuildError, CheckpointError, ConfigError, RegistryError, TrainingError
 
 QUIET = dict(logger=dict(interval=5, progress_bar=False, plot=False))
 
@@ -232,3 +232,44 @@ def test_resume_continues_exactly(tmp_path):
     assert resumed.iter == 12
     for key, value in straight.state_dict().items():
         assert torch.equal(model.state_dict()[key], value), key
+
+
+def test_load_from_with_remap_and_report(tmp_path):
+    first = make(tmp_path / "a", train_cfg=dict(max_iters=4, val_interval=100))
+    first.train()
+    ckpt = os.path.join(first.work_dir, "iter_4.pth")
+    runner = make(tmp_path / "b", load_from=dict(path=ckpt, strict=True))
+    metrics = runner.val()
+    assert metrics["val/accuracy"] == first.val()["val/accuracy"]
+
+    class Renamed(torch.nn.Module):  # same tensors under another prefix
+        def __init__(self):
+            super().__init__()
+            self.body = ToyModel(in_features=8, num_classes=2).net
+
+        def forward(self, batch):
+            return {"logits": self.body(batch["inputs"])}
+
+    with pytest.raises(CheckpointError, match="body"):
+        make(tmp_path / "c", model=Renamed(), load_from=ckpt).val()
+    runner = make(tmp_path / "d", model=Renamed(), load_from=dict(path=ckpt, remap={"net.": "body."}))
+    runner.val()
+    for key, value in first.unwrapped_model.net.state_dict().items():
+        assert torch.equal(runner.unwrapped_model.body.state_dict()[key], value)
+
+
+def test_resume_refuses_schedule_changes_unless_allowed(tmp_path):
+    make(tmp_path, train_cfg=dict(max_iters=6, val_interval=100),
+         default_hooks=dict(QUIET, checkpoint=dict(interval=3))).train()
+    with pytest.raises(ConfigError) as exc:
+        make(tmp_path, train_cfg=dict(max_iters=9, val_interval=100), resume=True).train()
+    msg = str(exc.value)
+    assert "train_cfg.max_iters: 6 in the checkpoint, 9 now" in msg
+    assert "allow_changes=['train_cfg.max_iters']" in msg
+    runner = make(tmp_path, train_cfg=dict(max_iters=9, val_interval=100), resume=True,
+                  resume_options=dict(allow_changes=["train_cfg.max_iters"]))
+    runner.train()
+    assert runner.iter == 9
+    log = open(os.path.join(runner.log_dir, f"{runner.timestamp}.log")).read()
+    assert "train_cfg.max_iters: 6 -> 9  (allowed)" in log
+    assert "From the checkpoint: model weights" in log

@@ -52,6 +52,7 @@ def run_cli(
         print(f"error: {e}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("interrupted (Ctrl-C). Checkpoints written so far are complete; continue a "
+              "training run with --resume.", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(status or 0)

@@ -1,0 +1,23 @@
+import logging
+
+import pytest
+import resume_helpers
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state():
+    # One thread: these models are tiny, and on a busy machine OpenMP threads waiting for each
+    # other make every small op a thousand times slower.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    resume_helpers.LOADED.clear()
+    yield
+    torch.set_num_threads(threads)
+    resume_helpers.LOADED.clear()
+    # each Runner adds a file handler for its run folder; drop them between tests
+    logger = logging.getLogger("libai")
+    for h in list(logger.handlers):
+        if isinstance(h, logging.FileHandler):
+            logger.removeHandler(h)
+            h.close()

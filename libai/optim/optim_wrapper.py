@@ -14,8 +14,8 @@ here. Escape hatches: call ``backward``/``step``/``zero_grad`` yourself, or subc
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -24,6 +24,8 @@ from torch import nn
 from libai.registry import OPTIM_WRAPPERS
 from libai.utils.errors import CheckpointError, ConfigError
 from libai.utils.suggest import did_you_mean
+
+_NO_CONTEXT = nullcontext()
 
 __all__ = ["OptimWrapper"]
 
@@ -161,18 +163,17 @@ class OptimWrapper:
         return self._window_complete(self._inner_count)
 
     # -------------------------------------------------------------------------- hot path
-    @contextmanager
-    def optim_context(self, model: nn.Module) -> Iterator[None]:
+    def optim_context(self, model: nn.Module) -> AbstractContextManager:
         """Context for the forward pass: DDP ``no_sync`` while the window is not complete.
+
+        A plain method returning a ready context (not a generator): it runs every step.
 
         Args:
             model: The model called inside the context (the DDP-wrapped one, if any).
         """
         if not self._window_complete(self._inner_count) and hasattr(model, "no_sync"):
-            with model.no_sync():
-                yield
-        else:
-            yield
+            return model.no_sync()
+        return _NO_CONTEXT
 
     def update_params(
         self,

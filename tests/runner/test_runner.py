@@ -273,3 +273,16 @@ def test_resume_refuses_schedule_changes_unless_allowed(tmp_path):
     log = open(os.path.join(runner.log_dir, f"{runner.timestamp}.log")).read()
     assert "train_cfg.max_iters: 6 -> 9  (allowed)" in log
     assert "From the checkpoint: model weights" in log
+
+
+@pytest.mark.slow
+def test_graph_mode_compiles_the_same_model(tmp_path):
+    """compile=True is a config switch: same model code, same checkpoint keys, close results."""
+    eager = make(tmp_path / "eager", train_cfg=dict(max_iters=4, val_interval=2)).train()
+    runner = make(tmp_path / "graph", train_cfg=dict(max_iters=4, val_interval=2), compile=True)
+    assert runner.model is not runner.unwrapped_model  # the compiled wrapper
+    graph = runner.train()
+    for key, value in eager.state_dict().items():
+        torch.testing.assert_close(graph.state_dict()[key], value, rtol=1e-4, atol=1e-5)
+    ckpt = torch.load(os.path.join(runner.work_dir, "iter_4.pth"))
+    assert set(ckpt["state_dict"]) == set(eager.state_dict())  # no _orig_mod. prefix

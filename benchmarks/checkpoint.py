@@ -50,10 +50,14 @@ def build_runner(work_dir: str, params_mb: float) -> Runner:
         model=dict(type="ToyModel", in_features=IN_FEATURES, num_classes=CLASSES, hidden=hidden),
         train_dataloader=dict(dataset=data),
         train_cfg=dict(max_iters=2, val_interval=10**9),
-        val_dataloader=None, val_cfg=None, val_evaluator=None,
+        val_dataloader=None,
+        val_cfg=None,
+        val_evaluator=None,
         optim_wrapper=dict(optimizer=dict(type="AdamW", lr=1e-3)),
-        default_hooks=dict(logger=dict(interval=10**9, progress_bar=False, plot=False),
-                           checkpoint=dict(interval=-1, save_last=False)),
+        default_hooks=dict(
+            logger=dict(interval=10**9, progress_bar=False, plot=False),
+            checkpoint=dict(interval=-1, save_last=False),
+        ),
         log_level="WARNING",
     )
     return Runner.from_cfg(cfg)
@@ -73,8 +77,11 @@ def snapshot(obj: Any) -> Any:
 def differences(saved: Any, expected: Any, path: str = "") -> list[str]:
     """Key paths where ``saved`` is not exactly ``expected`` (tensors bit for bit)."""
     if isinstance(expected, torch.Tensor):
-        ok = isinstance(saved, torch.Tensor) and saved.dtype == expected.dtype and torch.equal(
-            saved, expected)
+        ok = (
+            isinstance(saved, torch.Tensor)
+            and saved.dtype == expected.dtype
+            and torch.equal(saved, expected)
+        )
         return [] if ok else [path]
     if isinstance(expected, dict):
         if not isinstance(saved, dict) or set(saved) != set(expected):
@@ -83,14 +90,21 @@ def differences(saved: Any, expected: Any, path: str = "") -> list[str]:
     if isinstance(expected, list | tuple):
         if not isinstance(saved, list | tuple) or len(saved) != len(expected):
             return [path]
-        return [d for i, (s, e) in enumerate(zip(saved, expected))
-                for d in differences(s, e, f"{path}[{i}]")]
+        return [
+            d
+            for i, (s, e) in enumerate(zip(saved, expected))
+            for d in differences(s, e, f"{path}[{i}]")
+        ]
     return [] if saved == expected else [path]
 
 
 def expected_state(runner: Runner) -> dict:
-    return snapshot({"state_dict": runner.unwrapped_model.state_dict(),
-                     "optimizer": runner.optim_wrapper.state_dict()})
+    return snapshot(
+        {
+            "state_dict": runner.unwrapped_model.state_dict(),
+            "optimizer": runner.optim_wrapper.state_dict(),
+        }
+    )
 
 
 def verify(runner: Runner, path: str, expected: dict) -> int:
@@ -151,8 +165,12 @@ def time_async(runner: Runner, name: str, batch: Any) -> tuple[float, float, flo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--params-mb", type=float, default=64.0,
-                        help="float32 weights of the model, in MB (AdamW adds twice that)")
+    parser.add_argument(
+        "--params-mb",
+        type=float,
+        default=64.0,
+        help="float32 weights of the model, in MB (AdamW adds twice that)",
+    )
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     if args.repeats < 1:
@@ -180,19 +198,27 @@ def main() -> None:
 
     mb = statistics.median(sizes) / 2**20
     sync_s, async_s, total_s = (statistics.median(x) for x in (sync_t, async_t, total_t))
-    print(f"model: {n_params / 1e6:.1f} M float32 parameters ({n_params * 4 / 2**20:.1f} MB) + "
-          f"AdamW state; checkpoint {mb:.1f} MB; {args.repeats} pairs; "
-          f"{2 * args.repeats} files verified equal to the state at their save")
+    print(
+        f"model: {n_params / 1e6:.1f} M float32 parameters ({n_params * 4 / 2**20:.1f} MB) + "
+        f"AdamW state; checkpoint {mb:.1f} MB; {args.repeats} pairs; "
+        f"{2 * args.repeats} files verified equal to the state at their save"
+    )
     print(f"{'':>22}  {'median s':>8}  {'min s':>6}  {'MB/s':>6}")
     print(f"{'sync blocked':>22}  {sync_s:>8.3f}  {min(sync_t):>6.3f}  {mb / sync_s:>6.0f}")
     print(f"{'async blocked':>22}  {async_s:>8.3f}  {min(async_t):>6.3f}  {'':>6}")
     print(f"{'async total':>22}  {total_s:>8.3f}  {min(total_t):>6.3f}  {mb / total_s:>6.0f}")
-    print(f"(async total includes one AdamW step of {statistics.median(step_t):.3f} s that ran "
-          f"while the file was written)")
-    print(f"async total / sync blocked: "
-          f"{statistics.median(t / s for t, s in zip(total_t, sync_t)):.3f}")
-    print(f"async blocked / sync blocked: "
-          f"{statistics.median(a / s for a, s in zip(async_t, sync_t)):.3f}")
+    print(
+        f"(async total includes one AdamW step of {statistics.median(step_t):.3f} s that ran "
+        f"while the file was written)"
+    )
+    print(
+        f"async total / sync blocked: "
+        f"{statistics.median(t / s for t, s in zip(total_t, sync_t)):.3f}"
+    )
+    print(
+        f"async blocked / sync blocked: "
+        f"{statistics.median(a / s for a, s in zip(async_t, sync_t)):.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -98,8 +98,9 @@ class StopAtHook(Hook):
     def __init__(self, positions: list[int]) -> None:
         self.positions = set(positions)
 
-    def after_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None,
-                         outputs: Any = None) -> None:
+    def after_train_iter(
+        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+    ) -> None:
         if runner.iter + 1 in self.positions:
             runner.should_stop = True
 
@@ -109,14 +110,19 @@ def make_cfg(args: argparse.Namespace, work_dir: str, positions: list[int], **ex
     return dict(
         model=dict(type="ToyModel", in_features=FEATURES, num_classes=CLASSES, hidden=32),
         work_dir=work_dir,
-        train_dataloader=dict(dataset=dict(type="ResumeBenchDataset", num_samples=args.samples),
-                              sampler=dict(type="DefaultSampler", shuffle=True),
-                              batch_size=args.batch),
-        train_cfg=dict(type="IterBasedTrainLoop", max_iters=2 * iters_per_epoch,
-                       val_interval=10**9),
+        train_dataloader=dict(
+            dataset=dict(type="ResumeBenchDataset", num_samples=args.samples),
+            sampler=dict(type="DefaultSampler", shuffle=True),
+            batch_size=args.batch,
+        ),
+        train_cfg=dict(
+            type="IterBasedTrainLoop", max_iters=2 * iters_per_epoch, val_interval=10**9
+        ),
         optim_wrapper=dict(optimizer=dict(type="SGD", lr=0.05, momentum=0.9)),
-        default_hooks=dict(logger=dict(interval=10**9, progress_bar=False, plot=False),
-                           checkpoint=dict(interval=-1, save_last=True)),
+        default_hooks=dict(
+            logger=dict(interval=10**9, progress_bar=False, plot=False),
+            checkpoint=dict(interval=-1, save_last=True),
+        ),
         custom_hooks=[dict(type="StopAtHook", positions=positions)],
         randomness=dict(seed=SEED),
         log_level="WARNING",
@@ -125,7 +131,12 @@ def make_cfg(args: argparse.Namespace, work_dir: str, positions: list[int], **ex
 
 
 def make_checkpoints(args: argparse.Namespace, work_dir: str, positions: list[int]) -> list[str]:
-    """Train a chain of runs, each stopping (and saving) at the next position."""
+    """Train a chain of runs, each stopping (and saving) at the next position.
+
+    The files are the ``save_last`` ones written when a run stops, not periodic ones: a periodic
+    save happens in ``after_train_iter``, before the loop counts that iteration, and such a file
+    resumes one iteration early (``time_resume`` checks the resumed position).
+    """
     paths, resume = [], None
     for pos in positions:
         runner = Runner.from_cfg(make_cfg(args, work_dir, positions, resume=resume))
@@ -137,8 +148,9 @@ def make_checkpoints(args: argparse.Namespace, work_dir: str, positions: list[in
     return paths
 
 
-def time_resume(args: argparse.Namespace, work_dir: str, positions: list[int], path: str,
-                pos: int) -> tuple[float, float, float]:
+def time_resume(
+    args: argparse.Namespace, work_dir: str, positions: list[int], path: str, pos: int
+) -> tuple[float, float, float]:
     """(build, load, first batch) seconds of one resume, up to the first iteration's start."""
     cfg = make_cfg(args, work_dir, positions, resume=path)
     cfg["custom_hooks"] = cfg["custom_hooks"] + [dict(type="ResumeProbeHook")]
@@ -152,10 +164,15 @@ def time_resume(args: argparse.Namespace, work_dir: str, positions: list[int], p
     else:
         sys.exit("the resumed run trained to its end without starting an iteration")
     if _MARKS["iter"] != pos or _MARKS["batch_idx"] != pos:
-        sys.exit(f"resumed at iteration {_MARKS['iter']} (batch {_MARKS['batch_idx']} of the "
-                 f"epoch), expected {pos}")
-    return (_MARKS["run"] - start, _MARKS["loaded"] - _MARKS["run"],
-            _MARKS["first"] - _MARKS["loaded"])
+        sys.exit(
+            f"resumed at iteration {_MARKS['iter']} (batch {_MARKS['batch_idx']} of the "
+            f"epoch), expected {pos}"
+        )
+    return (
+        _MARKS["run"] - start,
+        _MARKS["loaded"] - _MARKS["run"],
+        _MARKS["first"] - _MARKS["loaded"],
+    )
 
 
 def time_naive(args: argparse.Namespace, batches: int) -> float:
@@ -173,8 +190,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--positions", type=float, nargs="+", default=[0.01, 0.25, 0.5, 0.9],
-                        help="fractions of the first epoch at which to resume")
+    parser.add_argument(
+        "--positions",
+        type=float,
+        nargs="+",
+        default=[0.01, 0.25, 0.5, 0.9],
+        help="fractions of the first epoch at which to resume",
+    )
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--naive-repeats", type=int, default=2)
     args = parser.parse_args()
@@ -184,40 +206,53 @@ def main() -> None:
     logging.getLogger("libai").setLevel(logging.WARNING)
 
     iters_per_epoch = -(-args.samples // args.batch)
-    positions = sorted({max(1, min(iters_per_epoch - 1, round(f * iters_per_epoch)))
-                        for f in args.positions})
+    positions = sorted(
+        {max(1, min(iters_per_epoch - 1, round(f * iters_per_epoch))) for f in args.positions}
+    )
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
         paths = make_checkpoints(args, os.path.join(tmp, "train"), positions)
-        print(f"{args.samples} samples, batch {args.batch}: {iters_per_epoch} iterations per epoch; "
-              f"checkpoints at {positions} made in {time.perf_counter() - t:.1f} s")
+        print(
+            f"{args.samples} samples, batch {args.batch}: {iters_per_epoch} iterations per epoch; "
+            f"checkpoints at {positions} made in {time.perf_counter() - t:.1f} s"
+        )
         ours: dict[int, list[tuple[float, float, float]]] = {p: [] for p in positions}
         naive: dict[int, list[float]] = {p: [] for p in positions}
         size_kb = {p: os.path.getsize(path) / 1024 for p, path in zip(positions, paths)}
         for r in range(args.repeats):  # interleaved, so drift in machine load hits every position
             for pos, path in zip(positions, paths):
-                ours[pos].append(time_resume(args, os.path.join(tmp, "resume"), positions, path, pos))
+                ours[pos].append(
+                    time_resume(args, os.path.join(tmp, "resume"), positions, path, pos)
+                )
                 if r < args.naive_repeats:
                     naive[pos].append(time_naive(args, pos))
 
     total = {p: [sum(parts) for parts in ours[p]] for p in positions}
     first = positions[0]
-    print(f"{'position':>9}  {'of epoch':>8}  {'ckpt KB':>7}  {'build s':>7}  {'load s':>6}  {'batch s':>7}"
-          f"  {'resume s':>8}  {'vs first':>8}  {'naive s':>7}  {'naive/ours':>10}")
+    print(
+        f"{'position':>9}  {'of epoch':>8}  {'ckpt KB':>7}  {'build s':>7}  {'load s':>6}  {'batch s':>7}"
+        f"  {'resume s':>8}  {'vs first':>8}  {'naive s':>7}  {'naive/ours':>10}"
+    )
     for pos in positions:
         build, load, batch = (statistics.median(x) for x in zip(*ours[pos]))
         vs_first = statistics.median(a / b for a, b in zip(total[pos], total[first]))
         naive_ratio = statistics.median(n / o for n, o in zip(naive[pos], total[pos]))
-        print(f"{pos:>9}  {pos / iters_per_epoch:>8.1%}  {size_kb[pos]:>7.1f}  {build:>7.3f}  {load:>6.3f}  {batch:>7.3f}"
-              f"  {statistics.median(total[pos]):>8.3f}  {vs_first:>8.3f}"
-              f"  {statistics.median(naive[pos]):>7.2f}  {naive_ratio:>10.1f}")
+        print(
+            f"{pos:>9}  {pos / iters_per_epoch:>8.1%}  {size_kb[pos]:>7.1f}  {build:>7.3f}  {load:>6.3f}  {batch:>7.3f}"
+            f"  {statistics.median(total[pos]):>8.3f}  {vs_first:>8.3f}"
+            f"  {statistics.median(naive[pos]):>7.2f}  {naive_ratio:>10.1f}"
+        )
     last = positions[-1]
     per_sample = statistics.median(naive[last]) / (last * args.batch)
     print(f"data loading costs {per_sample * 1e6:.1f} us per sample")
-    print(f"resume time at {last} vs {first} iterations into the epoch: "
-          f"{statistics.median(a / b for a, b in zip(total[last], total[first])):.3f} (1.0 = flat)")
-    print(f"naive resume (re-reading {last} batches) / ours at {last}: "
-          f"{statistics.median(n / o for n, o in zip(naive[last], total[last])):.1f}")
+    print(
+        f"resume time at {last} vs {first} iterations into the epoch: "
+        f"{statistics.median(a / b for a, b in zip(total[last], total[first])):.3f} (1.0 = flat)"
+    )
+    print(
+        f"naive resume (re-reading {last} batches) / ours at {last}: "
+        f"{statistics.median(n / o for n, o in zip(naive[last], total[last])):.1f}"
+    )
 
 
 if __name__ == "__main__":

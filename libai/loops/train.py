@@ -35,6 +35,7 @@ class _TrainLoop(BaseLoop):
         self._iter = 0
         self._epoch = 0
         self._batch_in_epoch = 0  # batches of the current epoch already consumed
+        self._step_done = False  # inside after_train_iter: the optimizer step has happened
 
     @property
     def iter(self) -> int:
@@ -53,15 +54,26 @@ class _TrainLoop(BaseLoop):
         runner = self.runner
         runner.call_hook("before_train_iter", batch_idx=batch_idx, data_batch=data_batch)
         outputs = runner.run_train_step(data_batch)
-        runner.call_hook("after_train_iter", batch_idx=batch_idx, data_batch=data_batch, outputs=outputs)
-        self._iter += 1
+        self._step_done = True  # a checkpoint taken from now on must count this iteration
+        try:
+            runner.call_hook("after_train_iter", batch_idx=batch_idx, data_batch=data_batch,
+                             outputs=outputs)
+        finally:
+            self._iter += 1
+            self._step_done = False
 
     def state_dict(self) -> dict:
-        # A finished epoch is saved as the start of the next one, so a resume neither replays
-        # its end-of-epoch hooks nor iterates an exhausted sampler.
+        """The position a resumed run starts from.
+
+        Inside ``after_train_iter`` (where CheckpointHook saves) the step of the current
+        iteration is done but ``iter`` not yet incremented: it counts as completed. A finished
+        epoch is saved as the start of the next one, so a resume neither replays its end-of-epoch
+        hooks nor iterates an exhausted sampler.
+        """
+        done = self._iter + (1 if self._step_done else 0)
         if self._batch_in_epoch >= self.iters_per_epoch:
-            return {"iter": self._iter, "epoch": self._epoch + 1, "batch_in_epoch": 0}
-        return {"iter": self._iter, "epoch": self._epoch, "batch_in_epoch": self._batch_in_epoch}
+            return {"iter": done, "epoch": self._epoch + 1, "batch_in_epoch": 0}
+        return {"iter": done, "epoch": self._epoch, "batch_in_epoch": self._batch_in_epoch}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore the position; the sampler is told to skip the consumed part of the epoch."""

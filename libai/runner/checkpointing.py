@@ -43,13 +43,14 @@ class CheckpointMixin:
         from libai.version import __version__
 
         loop = self._train_loop
+        position = loop.state_dict() if loop is not None else {"iter": 0, "epoch": 0}
         state = {
             "meta": {
                 "libai_version": __version__,
                 "torch_version": str(torch.__version__),
                 "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-                "iter": self.iter,
-                "epoch": self.epoch,
+                "iter": position["iter"],
+                "epoch": position["epoch"],
                 "world_size": self.world_size,
                 "seed": self.seed,
                 "experiment_name": self.experiment_name,
@@ -63,7 +64,7 @@ class CheckpointMixin:
             "rng": rng if rng is not None else [get_rng_state()],
         }
         if loop is not None:
-            state["loop"] = loop.state_dict()
+            state["loop"] = position
             sampler = getattr(loop.dataloader, "sampler", None)
             if hasattr(sampler, "state_dict"):
                 state["sampler"] = sampler.state_dict()

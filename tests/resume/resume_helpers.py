@@ -218,10 +218,12 @@ def assert_same_final_checkpoint(straight_dir: Any, resumed_dir: Any, name: str)
     assert a["loop"] == b["loop"]
 
 
-def python_env(**extra: str) -> dict:
-    """Environment for child processes: one thread each, the repo importable."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", **extra)
-    env.pop("PYTHONBREAKPOINT", None)
+def python_env(pythonpath: str | None = None) -> dict:
+    """Environment for child processes: one thread each; ``pythonpath`` goes in front of any
+    PYTHONPATH already set."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
     return env
 
 

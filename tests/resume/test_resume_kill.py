@@ -127,6 +127,8 @@ def test_kill_9_at_random_moments_then_resume_matches_an_uninterrupted_run(tmp_p
         if code == 0:
             break
         assert code == -signal.SIGKILL, (tmp_path / f"attempt_{attempt}.log").read_text()
+        if pointer(work) is not None:  # whenever the process died, the pointer names a whole file
+            verify_checkpoint(read_latest(work))
     assert history[-1][1] == 0, history
     kills = [h for h in history if h[1] == -signal.SIGKILL]
     assert len(kills) >= 2, f"the test killed too rarely to prove anything: {history}"

@@ -10,7 +10,13 @@ from libai.hooks import Hook
 from libai.registry import HOOKS, LOOPS
 from libai.runner import Runner
 from libai.testing import ToyDataset, ToyModel, toy_config
-from libai.utils.errors import BuildError, CheckpointError, ConfigError, RegistryError, TrainingError
+from libai.utils.errors import (
+    BuildError,
+    CheckpointError,
+    ConfigError,
+    RegistryError,
+    TrainingError,
+)
 
 QUIET = dict(logger=dict(interval=5, progress_bar=False, plot=False))
 
@@ -286,3 +292,22 @@ def test_graph_mode_compiles_the_same_model(tmp_path):
         torch.testing.assert_close(graph.state_dict()[key], value, rtol=1e-4, atol=1e-5)
     ckpt = torch.load(os.path.join(runner.work_dir, "iter_4.pth"))
     assert set(ckpt["state_dict"]) == set(eager.state_dict())  # no _orig_mod. prefix
+
+
+@pytest.mark.parametrize("loop", ["iter", "epoch"])
+def test_resume_from_a_periodic_checkpoint_saved_inside_an_iteration(tmp_path, loop):
+    """CheckpointHook saves in after_train_iter: that iteration's step counts as done."""
+    train_cfg = (dict(type="IterBasedTrainLoop", max_iters=12, val_interval=100) if loop == "iter"
+                 else dict(type="EpochBasedTrainLoop", max_epochs=2, val_interval=100))
+    n = 12 if loop == "iter" else 16
+    straight = make(tmp_path / "a", train_cfg=train_cfg).train()
+    make(tmp_path / "b", train_cfg=train_cfg,
+         default_hooks=dict(QUIET, checkpoint=dict(interval=5, save_last=False))).train()
+    ckpt = torch.load(tmp_path / "b" / "iter_5.pth")
+    assert ckpt["loop"]["iter"] == 5 and ckpt["loop"]["batch_in_epoch"] == 5
+    assert ckpt["meta"]["iter"] == 5
+    resumed = make(tmp_path / "c", train_cfg=train_cfg, resume=str(tmp_path / "b" / "iter_5.pth"))
+    model = resumed.train()
+    assert resumed.iter == n
+    for key, value in straight.state_dict().items():
+        assert torch.equal(model.state_dict()[key], value), key

@@ -297,12 +297,22 @@ class OptimWrapper:
         state: dict[str, Any] = {
             "optimizer": self.optimizer.state_dict(),
             "inner_count": self._inner_count,
+            # the last step's value, logged until the next step: a resume must log it too
+            "grad_norm": None if self._grad_norm is None else float(self._grad_norm),
         }
-        if self._inner_count % self.accumulative_counts:
-            state["accumulated_grads"] = [
-                None if p.grad is None else p.grad.detach().clone() for p in self._params()
-            ]
+        grads = self.accumulated_grads()
+        if grads is not None:
+            state["accumulated_grads"] = grads
         return state
+
+    def accumulated_grads(self) -> list[torch.Tensor | None] | None:
+        """Copies of the gradients summed so far in an unfinished window; None between windows.
+
+        Under DDP each rank holds its own (``no_sync``): the runner gathers them by rank.
+        """
+        if not self._inner_count % self.accumulative_counts:
+            return None
+        return [None if p.grad is None else p.grad.detach().clone() for p in self._params()]
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned (a plain optimizer state dict also works).
@@ -320,6 +330,7 @@ class OptimWrapper:
             )
         self.optimizer.load_state_dict(state_dict["optimizer"])
         self._inner_count = int(state_dict.get("inner_count", 0))
+        self._grad_norm = state_dict.get("grad_norm")
         grads = state_dict.get("accumulated_grads")
         if grads is not None:
             self._load_grads(grads)

@@ -97,10 +97,14 @@ class CheckpointMixin:
 
         path = os.path.join(self.work_dir, filename)
         rng = dist.all_gather_object(get_rng_state())
+        grads_by_rank = self._gather_accumulated_grads()
         error = None
         if dist.is_main_process():
             try:
                 state = self.checkpoint_state(meta, rng=rng)
+                if grads_by_rank is not None:
+                    state["optimizer"]["accumulated_grads"] = grads_by_rank[0]
+                    state["optimizer"]["accumulated_grads_by_rank"] = grads_by_rank
                 self.call_hook("before_save_checkpoint", checkpoint=state)
                 if asynchronous:
                     self._async_saver().save(
@@ -115,6 +119,15 @@ class CheckpointMixin:
         if error is not None:
             raise error
         return path
+
+    def _gather_accumulated_grads(self) -> list | None:
+        """Under DDP, mid-window gradients differ by rank (no_sync): gather them, by rank."""
+        if self._train_loop is None or self.world_size == 1:
+            return None
+        grads = self.optim_wrapper.accumulated_grads()
+        local = None if grads is None else [None if g is None else g.cpu() for g in grads]
+        gathered = dist.all_gather_object(local)
+        return None if all(g is None for g in gathered) else gathered
 
     def wait_for_checkpoints(self) -> None:
         """Block until an asynchronous save in flight is complete; re-raise its failure."""
@@ -163,7 +176,11 @@ class CheckpointMixin:
         check_resume_config(meta.get("config_json"), meta.get("world_size"), self.cfg,
                             self.world_size, self.logger)
         load_model_state(self.unwrapped_model, ckpt["state_dict"], strict=True)
-        self.optim_wrapper.load_state_dict(ckpt["optimizer"])
+        optim_state = dict(ckpt["optimizer"])
+        by_rank = optim_state.pop("accumulated_grads_by_rank", None)
+        if by_rank is not None and len(by_rank) == self.world_size:
+            optim_state["accumulated_grads"] = by_rank[self.rank]  # each rank its own window
+        self.optim_wrapper.load_state_dict(optim_state)
         for sched, st in zip(self.param_schedulers, ckpt.get("param_schedulers", [])):
             sched.load_state_dict(st)
         loop = self.train_loop

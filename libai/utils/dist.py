@@ -51,8 +51,13 @@ def init_dist(backend: str | None = None, timeout_s: int = 1800) -> None:
 
 
 def destroy_dist() -> None:
+    """Leave the process group; ranks first wait for each other, so none tears down the
+    communication while another still uses it."""
     if is_distributed():
-        dist.destroy_process_group()
+        try:
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
 
 
 def is_distributed() -> bool:

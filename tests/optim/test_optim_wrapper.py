@@ -235,7 +235,7 @@ def test_state_dict_at_window_boundary_has_no_grads():
     _run(model, wrapper, 0, 3)
     state = wrapper.state_dict()
     assert state["inner_count"] == 3 and "accumulated_grads" not in state
-    assert set(state) == {"optimizer", "inner_count"}
+    assert set(state) == {"optimizer", "inner_count", "grad_norm"}
 
 
 def test_load_plain_optimizer_state_dict_and_resume_warning():

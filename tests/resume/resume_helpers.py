@@ -40,8 +40,13 @@ class NoisyBlobsDataset(Dataset):
     random augmentation whose result depends on the RNG state at load time. Every load of an index
     is appended to :data:`LOADED`."""
 
-    def __init__(self, num_samples: int = SAMPLES, in_features: int = 16, num_classes: int = 4,
-                 noise: float = 0.3) -> None:
+    def __init__(
+        self,
+        num_samples: int = SAMPLES,
+        in_features: int = 16,
+        num_classes: int = 4,
+        noise: float = 0.3,
+    ) -> None:
         g = torch.Generator().manual_seed(7)
         centres = torch.randn(num_classes, in_features, generator=g) * 2.0  # (C, F)
         self.labels = torch.arange(num_samples) % num_classes  # (N,)
@@ -75,8 +80,9 @@ class InterruptAtHook(Hook):
         self.at = at
         self.stage = stage
 
-    def after_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None,
-                         outputs: Any = None) -> None:
+    def after_train_iter(
+        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+    ) -> None:
         if self.stage == "iter" and runner.iter + 1 == self.at:
             raise KeyboardInterrupt
 
@@ -86,13 +92,20 @@ class InterruptAtHook(Hook):
 
 
 def quiet_logger(interval: int = 1) -> dict:
-    return dict(interval=interval, progress_bar=False, plot=False,
-                backends=[dict(type="JsonlBackend")])
+    return dict(
+        interval=interval, progress_bar=False, plot=False, backends=[dict(type="JsonlBackend")]
+    )
 
 
-def contract_config(work_dir: Any, loop: str = "IterBasedTrainLoop", acc: int = 1,
-                    max_iters: int = 32, max_epochs: int = 3, checkpoint: dict | None = None,
-                    **overrides: Any) -> dict:
+def contract_config(
+    work_dir: Any,
+    loop: str = "IterBasedTrainLoop",
+    acc: int = 1,
+    max_iters: int = 32,
+    max_epochs: int = 3,
+    checkpoint: dict | None = None,
+    **overrides: Any,
+) -> dict:
     """A run whose every part carries state across a resume: shuffled data with random noise,
     dropout, AdamW with clipping and accumulation, warmup + cosine, every step logged."""
     if loop == "IterBasedTrainLoop":
@@ -119,8 +132,7 @@ def contract_config(work_dir: Any, loop: str = "IterBasedTrainLoop", acc: int = 
             dict(type="LinearLR", start_factor=0.1, begin=0, end=6),
             dict(type="CosineAnnealingLR", begin=6, eta_min=1e-4),
         ],
-        default_hooks=dict(logger=quiet_logger(),
-                           checkpoint=checkpoint or dict(interval=4)),
+        default_hooks=dict(logger=quiet_logger(), checkpoint=checkpoint or dict(interval=4)),
         randomness=dict(seed=0, deterministic=True),
         log_level="WARNING",
     )
@@ -139,7 +151,8 @@ def train_interrupted(cfg: dict, at: int, stage: str = "iter") -> Runner:
     """Train ``cfg`` plus an :class:`InterruptAtHook` until it interrupts at ``at``."""
     cfg = copy.deepcopy(cfg)
     cfg["custom_hooks"] = list(cfg.get("custom_hooks") or []) + [
-        dict(type="InterruptAtHook", at=at, stage=stage)]
+        dict(type="InterruptAtHook", at=at, stage=stage)
+    ]
     runner = Runner.from_cfg(cfg)
     with pytest.raises(KeyboardInterrupt):
         runner.train()
@@ -176,8 +189,9 @@ def assert_steps_are_one_series(work_dir: Any, last: int) -> None:
     assert steps == list(range(1, last + 1)), steps
 
 
-def assert_same_logs(straight_dir: Any, resumed_dir: Any, last: int,
-                     skip: tuple[str, ...] = NOT_COMPARED) -> None:
+def assert_same_logs(
+    straight_dir: Any, resumed_dir: Any, last: int, skip: tuple[str, ...] = NOT_COMPARED
+) -> None:
     """Every logged training value (loss, accuracy, lr ...) of every step is bit-identical in
     both work dirs."""
     assert_steps_are_one_series(straight_dir, last)

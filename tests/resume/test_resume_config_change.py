@@ -55,8 +55,9 @@ def test_changed_max_iters_is_refused_with_the_fix_in_the_message(tmp_path):
 
 def test_changed_max_iters_resumes_when_allowed(tmp_path):
     finished_run(tmp_path)
-    changed = rh.contract_config(tmp_path, max_iters=NEW,
-                                 resume_options=dict(allow_changes=["train_cfg.max_iters"]))
+    changed = rh.contract_config(
+        tmp_path, max_iters=NEW, resume_options=dict(allow_changes=["train_cfg.max_iters"])
+    )
     rh.LOADED.clear()
     runner, log = resume_logged(changed)
     assert f"Resumed from {tmp_path / f'iter_{OLD}.pth'}" in log

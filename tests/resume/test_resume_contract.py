@@ -52,10 +52,12 @@ def test_resume_mid_epoch_is_bit_identical(tmp_path, loop, acc):
 def test_epoch_loop_resumed_at_an_epoch_boundary(tmp_path, checkpoint, stage):
     n, k = 3 * rh.ITERS_PER_EPOCH, 2 * rh.ITERS_PER_EPOCH  # stop exactly after epoch 2
     name = f"iter_{k}.pth" if stage == "iter" else "epoch_2.pth"
-    cfg_a = rh.contract_config(tmp_path / "straight", loop="EpochBasedTrainLoop", acc=3,
-                               checkpoint=checkpoint)
-    cfg_b = rh.contract_config(tmp_path / "resumed", loop="EpochBasedTrainLoop", acc=3,
-                               checkpoint=checkpoint)
+    cfg_a = rh.contract_config(
+        tmp_path / "straight", loop="EpochBasedTrainLoop", acc=3, checkpoint=checkpoint
+    )
+    cfg_b = rh.contract_config(
+        tmp_path / "resumed", loop="EpochBasedTrainLoop", acc=3, checkpoint=checkpoint
+    )
     straight = rh.train(cfg_a)
     rh.train_interrupted(cfg_b, at=k, stage=stage)
     assert read_latest(tmp_path / "resumed").name == name
@@ -84,7 +86,7 @@ def test_resume_loads_only_the_remaining_samples(tmp_path, loop):
     rh.train_resumed(cfg)
     # the samples of the skipped part of the epoch are never loaded, nothing is loaded twice
     assert len(rh.LOADED) == (n - K) * rh.BATCH
-    assert rh.LOADED == straight_loads[K * rh.BATCH:]
+    assert rh.LOADED == straight_loads[K * rh.BATCH :]
 
 
 @pytest.mark.parametrize("acc", [1, 3])

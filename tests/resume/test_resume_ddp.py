@@ -46,8 +46,19 @@ class CtrlCAtHook(Hook):
 
 
 def torchrun(tmp_path, config, work, *extra):
-    args = [rh.PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-            rh.TRAIN_TOOL, str(config), "--work-dir", str(work), *extra]
+    args = [
+        rh.PYTHON,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        rh.TRAIN_TOOL,
+        str(config),
+        "--work-dir",
+        str(work),
+        *extra,
+    ]
     env = rh.python_env(pythonpath=str(tmp_path))
     return subprocess.run(args, cwd=rh.ROOT, env=env, capture_output=True, text=True, timeout=300)
 
@@ -58,8 +69,9 @@ def test_two_process_resume_is_bit_identical(tmp_path, acc):
     (tmp_path / "resume_ctrl_c.py").write_text(STOP_HOOK)
     plain, stopping = tmp_path / "plain.py", tmp_path / "stopping.py"
     plain.write_text(CONFIG.format(n=N, k=K, acc=acc, hooks=[]))
-    stopping.write_text(CONFIG.format(
-        n=N, k=K, acc=acc, hooks=[dict(type="resume_ctrl_c.CtrlCAtHook", at=K)]))
+    stopping.write_text(
+        CONFIG.format(n=N, k=K, acc=acc, hooks=[dict(type="resume_ctrl_c.CtrlCAtHook", at=K)])
+    )
 
     straight = torchrun(tmp_path, plain, tmp_path / "straight")
     assert straight.returncode == 0, straight.stdout[-3000:] + straight.stderr[-3000:]
@@ -71,7 +83,9 @@ def test_two_process_resume_is_bit_identical(tmp_path, acc):
     assert not (tmp_path / "resumed" / f"iter_{N}.pth").exists()
     resumed = torchrun(tmp_path, plain, tmp_path / "resumed", "--resume")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert f"Resumed from {tmp_path / 'resumed' / f'iter_{K}.pth'}" in resumed.stderr + resumed.stdout
+    assert (
+        f"Resumed from {tmp_path / 'resumed' / f'iter_{K}.pth'}" in resumed.stderr + resumed.stdout
+    )
 
     rh.assert_same_final_checkpoint(tmp_path / "straight", tmp_path / "resumed", f"iter_{N}.pth")
     rh.assert_same_logs(tmp_path / "straight", tmp_path / "resumed", N)

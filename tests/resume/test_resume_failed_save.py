@@ -63,8 +63,9 @@ def disk_full_on_second_save(monkeypatch):
 
 
 def failing_config(work_dir, on_error):
-    return rh.contract_config(work_dir, acc=3, max_iters=N,
-                              checkpoint=dict(interval=2, on_error=on_error))
+    return rh.contract_config(
+        work_dir, acc=3, max_iters=N, checkpoint=dict(interval=2, on_error=on_error)
+    )
 
 
 class _Records(logging.Handler):
@@ -77,7 +78,8 @@ class _Records(logging.Handler):
 
 
 def test_disk_full_stops_training_and_keeps_the_previous_checkpoint(
-        tmp_path, disk_full_on_second_save, monkeypatch):
+    tmp_path, disk_full_on_second_save, monkeypatch
+):
     work = tmp_path / "run"
     runner = Runner.from_cfg(failing_config(work, "raise"))
     with pytest.raises(CheckpointError) as exc:

@@ -49,8 +49,9 @@ def start(config, work, resume, log):
     args = [rh.PYTHON, rh.TRAIN_TOOL, str(config), "--work-dir", str(work)]
     if resume:
         args.append("--resume")
-    return subprocess.Popen(args, cwd=rh.ROOT, env=rh.python_env(), stdout=log,
-                            stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        args, cwd=rh.ROOT, env=rh.python_env(), stdout=log, stderr=subprocess.STDOUT
+    )
 
 
 def listing(work):
@@ -78,10 +79,14 @@ class KillPlan:
         self.work = work
         self.mode = rng.choice(self.MODES)
         self.skip = rng.randint(0, 4)
-        self.delay = rng.uniform(0.0, 0.03) if self.mode == "after_pointer" else rng.uniform(1.5, 4.0)
+        self.delay = (
+            rng.uniform(0.0, 0.03) if self.mode == "after_pointer" else rng.uniform(1.5, 4.0)
+        )
         self.started = time.monotonic()
-        self.manifests = self._manifests(listing(work))
-        self.pointer, self.moves, self.moved_at = pointer(work), 0, 0.0
+        names = listing(work)
+        self.manifests = self._manifests(names)
+        self.old_temps = {f for f in names if _TEMP.match(f)}  # left by earlier kills
+        self.pointer, self.moves, self.kill_at = pointer(work), 0, None
 
     @staticmethod
     def _manifests(names):
@@ -90,14 +95,17 @@ class KillPlan:
     def due(self):
         now, names, pointed = time.monotonic(), listing(self.work), pointer(self.work)
         if pointed != self.pointer:
-            self.pointer, self.moves, self.moved_at = pointed, self.moves + 1, now
+            self.pointer, self.moves = pointed, self.moves + 1
+            if self.moves == self.skip + 1:  # the first move we do not let through
+                self.kill_at = now + self.delay
         if self.mode == "timed":
             return now - self.started >= self.delay
         if self.mode == "mid_write":
-            return self.moves >= self.skip and any(_TEMP.match(f) for f in names)
+            temps = {f for f in names if _TEMP.match(f)} - self.old_temps
+            return self.moves >= self.skip and bool(temps)
         if self.mode == "after_manifest":
             return len(self._manifests(names) - self.manifests) > self.skip
-        return self.moves > self.skip and now - self.moved_at >= self.delay
+        return self.kill_at is not None and now >= self.kill_at
 
 
 @pytest.mark.slow

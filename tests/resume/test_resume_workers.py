@@ -18,8 +18,11 @@ def workers_config(work_dir):
     cfg = rh.contract_config(work_dir, acc=3, max_iters=N)
     cfg["model"] = dict(type="DigitsMLP", hidden=32, dropout=0.1)
     cfg["train_dataloader"] = dict(
-        dataset=dict(type="DigitsDataset", split="train", transform=[
-            dict(type="RandomShift", max_shift=1), dict(type="RandomNoise", std=0.05)]),
+        dataset=dict(
+            type="DigitsDataset",
+            split="train",
+            transform=[dict(type="RandomShift", max_shift=1), dict(type="RandomNoise", std=0.05)],
+        ),
         sampler=dict(type="DefaultSampler", shuffle=True, seed_per_sample=True),
         batch_size=64,
         num_workers=2,
@@ -34,7 +37,10 @@ def test_resume_with_two_workers_and_per_sample_seeds_is_bit_identical(tmp_path)
     cfg = workers_config(tmp_path / "resumed")
     rh.train_interrupted(cfg, at=K)
     assert load_checkpoint(tmp_path / "resumed" / f"iter_{K}.pth")["loop"] == {
-        "iter": K, "epoch": 0, "batch_in_epoch": K}
+        "iter": K,
+        "epoch": 0,
+        "batch_in_epoch": K,
+    }
     resumed = rh.train_resumed(cfg)
 
     assert resumed.iter == N

@@ -74,14 +74,16 @@ def parse_losses(outputs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     log_vars: dict[str, torch.Tensor] = {}
     losses = []
     for key, value in outputs.items():
-        if isinstance(value, (list, tuple)):
-            value = sum(v.mean() for v in value)
         if not isinstance(value, torch.Tensor):
-            continue
-        value = value if value.dim() == 0 else value.mean()
+            if not isinstance(value, (list, tuple)):
+                continue
+            value = sum(v.mean() for v in value)
+        if value.dim():
+            value = value.mean()
         if "loss" in key:
             losses.append(value)
-        log_vars[key] = value.detach()
+        # the logger keeps these for a whole interval: never a reference into the graph
+        log_vars[key] = value.detach() if value.requires_grad else value
     if not losses:
         raise TrainingError(
             f"In train mode the model returned a dict with keys {sorted(outputs)}, none of which "
@@ -105,7 +107,9 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 
 
 def _preprocess(model: nn.Module, data: Any, training: bool, device: torch.device | None) -> Any:
-    pre = getattr(model, "data_preprocessor", None)
+    # looked up in the module's dicts: a missing attribute on an nn.Module goes through
+    # __getattr__ and an exception, which costs microseconds on every step
+    pre = model._modules.get("data_preprocessor") or model.__dict__.get("data_preprocessor")
     if pre is not None:
         return pre(data, training)
     if device is None:  # found once per call: pass ``device`` on hot paths

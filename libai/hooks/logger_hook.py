@@ -208,7 +208,7 @@ class LoggerHook(Hook):
     def after_train_iter(
         self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
-        self._sums.add(outputs if isinstance(outputs, Mapping) else {})
+        self._sums.add(outputs if isinstance(outputs, (dict, Mapping)) else {})
         self._bar.advance("train")
         done = runner.iter + 1
         if self._by_epoch:

@@ -34,7 +34,7 @@ def _losses(outputs: Any) -> dict[str, torch.Tensor]:
 def _all_finite(outputs: Any) -> bool:
     """True when every ``*loss*`` entry is finite, with one device read."""
     losses = [v for k, v in outputs.items() if "loss" in k and isinstance(v, torch.Tensor)] if (
-        isinstance(outputs, Mapping)) else []
+        isinstance(outputs, (dict, Mapping))) else []
     if not losses:
         return True
     if len(losses) == 1:  # the usual case: a plain read, no kernel launch

@@ -124,11 +124,12 @@ class IterBasedTrainLoop(_TrainLoop):
         runner.call_hook("before_train")
         runner.call_hook("before_train_epoch")
         runner.model.train()  # the eval loops restore the mode they found
+        val_loop = runner.val_loop  # looked up once: this loop runs every iteration
         while self._iter < stop_at and not runner.should_stop:
             batch = self._next_batch()
             self.run_iter(self._batch_in_epoch - 1, batch)
-            if runner.val_loop is not None and self._should_validate(stop_at):
-                runner.val_loop.run()
+            if val_loop is not None and self._should_validate(stop_at):
+                val_loop.run()
         runner.call_hook("after_train_epoch")
         runner.call_hook("after_train")
 

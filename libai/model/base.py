@@ -32,6 +32,9 @@ def to_device(data: Any, device: torch.device | str, non_blocking: bool = False)
     """Move every tensor in a nested dict/list/tuple to ``device``."""
     if isinstance(data, torch.Tensor):
         return data.to(device, non_blocking=non_blocking)
+    if isinstance(data, dict):  # the usual batch: one level of tensors, no recursion for them
+        return {k: v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor)
+                else to_device(v, device, non_blocking) for k, v in data.items()}
     if isinstance(data, Mapping):
         return {k: to_device(v, device, non_blocking) for k, v in data.items()}
     if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
@@ -66,7 +69,7 @@ def parse_losses(outputs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     if isinstance(outputs, torch.Tensor):
         loss = outputs if outputs.dim() == 0 else outputs.mean()
         return loss, {"loss": loss.detach()}
-    if not isinstance(outputs, Mapping):
+    if not isinstance(outputs, (dict, Mapping)):  # dict first: an ABC check is slower
         raise TrainingError(
             f"In train mode the model returned {type(outputs).__name__}; it must return a loss "
             f"tensor or a dict with at least one '*loss*' entry, e.g. {{'loss': loss}}."

@@ -115,10 +115,11 @@ def main() -> None:
         same = all(torch.equal(plain_state[k], runner_state[k]) for k in plain_state)
         # each repeat runs both back to back: the median of the per-pair ratios cancels the
         # slow drift of a shared machine better than a ratio of separate statistics
-        ratio = sorted(r / p for r, p in zip(runner_t, plain_t))[len(plain_t) // 2]
+        pair_ratios = sorted(r / p for r, p in zip(runner_t, plain_t))
+        ratio = pair_ratios[len(pair_ratios) // 2]
         ratios.append(ratio)
         print(f"{iters:>6}  {min(plain_t):>8.3f}  {min(runner_t):>8.3f}"
-              f"  {ratio:>6.3f}  {same}")
+              f"  {ratio:>6.3f}  {same}   (pairs ranged {pair_ratios[0]:.3f}-{pair_ratios[-1]:.3f})")
         if not same:
             sys.exit("final parameters differ between the Runner and the plain loop")
     print(f"ratio growth from {args.iters[0]} to {args.iters[-1]} iterations: "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -242,3 +243,14 @@ def python_env(pythonpath: str | None = None) -> dict:
 
 
 PYTHON = sys.executable
+
+
+class LogRecords(logging.Handler):
+    """Collects the messages logged to it (attach to the 'libai' logger)."""
+
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())

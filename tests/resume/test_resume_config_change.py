@@ -12,15 +12,6 @@ from libai.utils.errors import ConfigError
 OLD, NEW = 8, 12
 
 
-class _Records(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
 def finished_run(work_dir):
     """A run of OLD iterations whose last checkpoint is iter_OLD.pth."""
     rh.train(rh.contract_config(work_dir, max_iters=OLD))
@@ -29,7 +20,7 @@ def finished_run(work_dir):
 def resume_logged(cfg):
     """Resume ``cfg`` and train; returns the runner and the messages it logged."""
     runner = Runner.from_cfg(dict(cfg, resume=True, log_level="INFO"))
-    records = _Records()
+    records = rh.LogRecords()
     logging.getLogger("libai").addHandler(records)
     try:
         runner.train()

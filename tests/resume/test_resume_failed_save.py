@@ -68,15 +68,6 @@ def failing_config(work_dir, on_error):
     )
 
 
-class _Records(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
 def test_disk_full_stops_training_and_keeps_the_previous_checkpoint(
     tmp_path, disk_full_on_second_save, monkeypatch
 ):
@@ -99,7 +90,7 @@ def test_disk_full_stops_training_and_keeps_the_previous_checkpoint(
     monkeypatch.undo()
     straight = rh.train(failing_config(tmp_path / "straight", "raise"))
     resumed = Runner.from_cfg(dict(failing_config(work, "raise"), resume=True, log_level="INFO"))
-    records = _Records()
+    records = rh.LogRecords()
     logging.getLogger("libai").addHandler(records)
     try:
         resumed.train()
@@ -114,7 +105,7 @@ def test_disk_full_stops_training_and_keeps_the_previous_checkpoint(
 def test_disk_full_with_on_error_warn_trains_on_and_saves_later(tmp_path, disk_full_on_second_save):
     work = tmp_path / "run"
     runner = Runner.from_cfg(failing_config(work, "warn"))
-    records = _Records()
+    records = rh.LogRecords()
     logging.getLogger("libai").addHandler(records)
     try:
         runner.train()

@@ -19,6 +19,7 @@ from libai.utils.errors import CheckpointError
 __all__ = ["check_state", "copy_state_to_host"]
 
 _LEAF_TYPES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
+_LEAF_SET = frozenset(_LEAF_TYPES)
 _KEY_TYPES = (type(None), bool, int, float, str)
 _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 # .item() of these gives a Python number/str/bytes; of np.datetime64 it would give a datetime.
@@ -138,6 +139,8 @@ class _Walker:
                 key = self.key(key, path)
                 out[key] = self.walk(value, _join(path, key))
             return out
+        if all(type(v) in _LEAF_SET for v in obj):  # a history of numbers: no path per item
+            return type(obj)(obj)
         items = [self.walk(v, _join(path, i)) for i, v in enumerate(obj)]
         return type(obj)(items)
 

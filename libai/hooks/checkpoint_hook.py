@@ -119,6 +119,8 @@ class CheckpointHook(Hook):
         self._last_saved_iter: int | None = None
         self._epoch_end: tuple[int, int] | None = None  # (completed epochs, iteration) at its end
         self._training = False
+        if self.by_epoch or self.interval <= 0:  # nothing to check per iteration
+            self.disable_stage("after_train_iter")
 
     # ------------------------------------------------------------------------ schedule
     def _due(self, count: int) -> bool:

@@ -116,6 +116,9 @@ class Hook:
 
     priority: int | str = "NORMAL"
 
+    # Bumped by every ``disable_stage``: a runner re-indexes its hooks when it changes.
+    stage_generation = 0
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         for name, value in vars(cls).items():
@@ -145,12 +148,13 @@ class Hook:
         """Tell the runner never to call ``stage`` on this instance.
 
         For a stage the class implements but this configuration never needs (the runner then
-        spends nothing on it per iteration). Call it in ``__init__``, before the runner indexes
-        its hooks.
+        spends nothing on it per iteration). Call it in ``__init__``, or in any stage: the
+        runner re-indexes its hooks after the stage call that disabled one.
         """
         if stage not in STAGES:
             raise ConfigError(f"Unknown hook stage '{stage}'.{did_you_mean(stage, STAGES)}")
         setattr(self, stage, types.MethodType(_noop, self))
+        Hook.stage_generation += 1
 
     def uses_stage(self, stage: str) -> bool:
         """Whether this hook does anything at ``stage`` (the runner skips it otherwise)."""

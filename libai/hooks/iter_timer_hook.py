@@ -31,19 +31,21 @@ class IterTimerHook(Hook):
 
     def __init__(self) -> None:
         self._last: dict[str, float] = {}
+        self._train_last = time.perf_counter()  # the train timer, apart: it runs every iteration
 
     def _start(self, mode: str) -> None:
-        self._last[mode] = time.perf_counter()
+        if mode == "train":
+            self._train_last = time.perf_counter()
+        else:
+            self._last[mode] = time.perf_counter()
 
     def _before_iter(self, runner: Any, mode: str) -> None:
         now = time.perf_counter()
-        start = self._last.get(mode, now)
-        runner.message_hub.update_scalar(f"{mode}/data_time", now - start)
+        runner.message_hub.update_scalar(f"{mode}/data_time", now - self._last.get(mode, now))
 
     def _after_iter(self, runner: Any, mode: str) -> None:
         now = time.perf_counter()
-        start = self._last.get(mode, now)
-        runner.message_hub.update_scalar(f"{mode}/time", now - start)
+        runner.message_hub.update_scalar(f"{mode}/time", now - self._last.get(mode, now))
         self._last[mode] = now
 
     # ------------------------------------------------------------------------------- train
@@ -54,12 +56,14 @@ class IterTimerHook(Hook):
         self._start("train")
 
     def before_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
-        self._before_iter(runner, "train")
+        runner.message_hub.update_scalar("train/data_time", time.perf_counter() - self._train_last)
 
     def after_train_iter(
         self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
-        self._after_iter(runner, "train")
+        now = time.perf_counter()
+        runner.message_hub.update_scalar("train/time", now - self._train_last)
+        self._train_last = now
 
     # ------------------------------------------------------------------------- val / test
     def before_val_epoch(self, runner: Any) -> None:

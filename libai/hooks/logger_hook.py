@@ -29,49 +29,78 @@ def _fmt(value: float) -> str:
 
 
 class _RunningSum:
-    """The logged values of the current interval, per key, kept as given until read.
+    """The logged values of the current interval, kept as given until read.
 
-    Per iteration this only appends references (the values are detached 0-d tensors on their
-    device, or numbers), so logging costs no kernel launch and no device sync per iteration;
-    reading the means stacks each key once and transfers once. Memory is bounded by the log
-    interval. A key missing from some iterations is averaged over the iterations that had it.
+    Per iteration this only appends the step's ``outputs`` (detached 0-d tensors on their
+    device, or numbers), so logging costs no kernel launch and no device sync per iteration.
+    Reading the means reads CPU scalars one by one (cheaper than a kernel on the CPU) and stacks
+    each accelerator key once, with one transfer for all. Memory is bounded by the log interval.
+    A key missing from some iterations is averaged over the iterations that had it.
     """
 
     def __init__(self) -> None:
-        self.reset()
+        self.rows: list[Any] = []
+
+    @property
+    def iterations(self) -> int:
+        return len(self.rows)
 
     def reset(self) -> None:
-        self._values: dict[str, list[Any]] = {}
-        self.iterations = 0
+        self.rows = []
 
-    def add(self, outputs: Mapping[str, Any]) -> None:
-        self.iterations += 1
-        for key, value in outputs.items():
-            bucket = self._values.get(key)
-            if bucket is None:
-                bucket = self._values[key] = []
-            bucket.append(value)
+    def add(self, outputs: Any) -> None:
+        """Count one iteration and keep its values (``outputs`` that is no mapping has none)."""
+        self.rows.append(outputs)
 
     def means(self) -> dict[str, float]:
-        """Averages since the last reset, as Python floats (one device read)."""
-        if not self._values:
-            return {}
-        per_key = [_mean(values) for values in self._values.values()]
-        device = per_key[0].device
-        values = torch.stack([t.to(device) for t in per_key]).tolist()
-        return dict(zip(self._values, values))
+        """Averages since the last reset, as Python floats (at most one device read)."""
+        per_key: dict[str, list[Any]] = {}
+        for row in self.rows:
+            if isinstance(row, (dict, Mapping)):
+                for key, value in row.items():
+                    bucket = per_key.get(key)
+                    if bucket is None:
+                        bucket = per_key[key] = []
+                    bucket.append(value)
+        out: dict[str, float] = {}
+        on_device: dict[str, torch.Tensor] = {}
+        with torch.no_grad():  # a custom train_step may log tensors that require grad
+            for key, values in per_key.items():
+                mean = _cpu_mean(values)
+                if mean is None:
+                    on_device[key] = _mean(values)
+                else:
+                    out[key] = mean
+            if on_device:  # one stack and one transfer for all keys
+                device = next(iter(on_device.values())).device
+                stacked = torch.stack([t.to(device) for t in on_device.values()]).tolist()
+                out.update(zip(on_device, stacked))
+        return {key: out[key] for key in per_key}
+
+
+def _cpu_mean(values: list[Any]) -> float | None:
+    """Mean of CPU scalars read one by one (cheaper than a stack there), or None otherwise."""
+    first = values[0]
+    if not isinstance(first, torch.Tensor) or not first.is_cpu:
+        return None
+    try:
+        return sum([v.item() for v in values]) / len(values)
+    except (AttributeError, RuntimeError):  # numbers mixed in, or tensors of several elements
+        return None
 
 
 def _mean(values: list[Any]) -> torch.Tensor:
-    """Mean of one key's values: one stack for the usual 0-d tensors on one device."""
-    first = values[0]
-    if isinstance(first, torch.Tensor) and all(
-        isinstance(v, torch.Tensor) and v.dim() == 0 and v.device == first.device for v in values
-    ):
+    """Mean of one key's values: one stack for the usual same-shape tensors on one device.
+
+    Not checked value by value first: inspecting 50 tensors costs more than the stack itself.
+    Same-shape tensors average to the mean of their means; anything else takes the slow path.
+    """
+    try:
         return torch.stack(values).float().mean()
-    items = [v.detach().float().mean() if isinstance(v, torch.Tensor) else torch.tensor(float(v))
-             for v in values]
-    return torch.stack([t.to(items[0].device) for t in items]).mean()
+    except (TypeError, RuntimeError):  # numbers, mixed shapes or devices
+        items = [v.detach().float().mean() if isinstance(v, torch.Tensor) else torch.tensor(float(v))
+                 for v in values]
+        return torch.stack([t.to(items[0].device) for t in items]).mean()
 
 
 @HOOKS.register_module()
@@ -208,8 +237,9 @@ class LoggerHook(Hook):
     def after_train_iter(
         self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
-        self._sums.add(outputs if isinstance(outputs, (dict, Mapping)) else {})
-        self._bar.advance("train")
+        self._sums.rows.append(outputs)
+        if self._bar.enabled:
+            self._bar.advance("train")
         done = runner.iter + 1
         if self._by_epoch:
             due = (batch_idx + 1) % self.interval == 0 or batch_idx + 1 == self._per_epoch

@@ -32,15 +32,22 @@ def _losses(outputs: Any) -> dict[str, torch.Tensor]:
 
 
 def _all_finite(outputs: Any) -> bool:
-    """True when every ``*loss*`` entry is finite, with one device read."""
-    losses = [v for k, v in outputs.items() if "loss" in k and isinstance(v, torch.Tensor)] if (
-        isinstance(outputs, (dict, Mapping))) else []
-    if not losses:
+    """True when every ``*loss*`` tensor entry is finite, with one device read.
+
+    Runs every iteration: the usual dict with one loss tensor takes a loop and one ``item()``.
+    """
+    if not isinstance(outputs, (dict, Mapping)):  # dict first: an ABC check is slower
         return True
-    if len(losses) == 1:  # the usual case: a plain read, no kernel launch
-        v = losses[0]
-        return math.isfinite(v.item() if v.dim() == 0 else v.sum().item())
-    return bool(torch.stack([v if v.dim() == 0 else v.sum() for v in losses]).isfinite().all())
+    found = None
+    for key, value in outputs.items():
+        if "loss" in key and isinstance(value, torch.Tensor):
+            if found is not None:  # several losses: one stacked check
+                losses = [v for k, v in outputs.items() if "loss" in k and isinstance(v, torch.Tensor)]
+                return bool(torch.stack([v if v.ndim == 0 else v.sum() for v in losses]).isfinite().all())
+            found = value
+    if found is None:
+        return True
+    return math.isfinite(found.item() if found.ndim == 0 else found.sum().item())
 
 
 def _fmt(outputs: Mapping[str, Any]) -> str:
@@ -117,7 +124,7 @@ class NonFiniteLossHook(Hook):
                 outputs.clear()
             self._skipped_now = False
             return
-        if not self._due(runner):
+        if self.check_interval > 1 and not self._due(runner):
             return
         if _all_finite(outputs):
             return

@@ -51,6 +51,8 @@ class ParamSchedulerHook(Hook):
         self._training = True
         if self._schedulers(runner):
             self._apply = _resolve_apply()
+        else:  # a constant schedule: nothing to do per iteration (the runner's schedulers
+            self.disable_stage("before_train_iter")  # are built once, so for good)
 
     def after_train(self, runner: Any) -> None:
         self._training = False

@@ -32,23 +32,17 @@ class _TrainLoop(BaseLoop):
                 "train_dataloader yields no batch: the dataset is empty or smaller than one "
                 "batch with drop_last=True. Lower batch_size or check the dataset."
             )
-        self._iter = 0
-        self._epoch = 0
+        # Plain attributes, not properties: hooks read them every iteration. Only the loop
+        # (and load_state_dict) writes them.
+        self.iter = 0  # iterations completed
+        self.epoch = 0  # the current epoch, 0-based
         self._batch_in_epoch = 0  # batches of the current epoch already consumed
         self._step_done = False  # inside after_train_iter: the optimizer step has happened
-
-    @property
-    def iter(self) -> int:
-        return self._iter
-
-    @property
-    def epoch(self) -> int:
-        return self._epoch
 
     def _set_epoch(self) -> None:
         sampler = getattr(self.dataloader, "sampler", None)
         if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(self._epoch)
+            sampler.set_epoch(self.epoch)
 
     def run_iter(self, batch_idx: int, data_batch: Any) -> None:
         runner = self.runner
@@ -59,7 +53,7 @@ class _TrainLoop(BaseLoop):
             runner.call_hook("after_train_iter", batch_idx=batch_idx, data_batch=data_batch,
                              outputs=outputs)
         finally:
-            self._iter += 1
+            self.iter += 1
             self._step_done = False
 
     def state_dict(self) -> dict:
@@ -70,15 +64,15 @@ class _TrainLoop(BaseLoop):
         epoch is saved as the start of the next one, so a resume neither replays its end-of-epoch
         hooks nor iterates an exhausted sampler.
         """
-        done = self._iter + (1 if self._step_done else 0)
+        done = self.iter + (1 if self._step_done else 0)
         if self._batch_in_epoch >= self.iters_per_epoch:
-            return {"iter": done, "epoch": self._epoch + 1, "batch_in_epoch": 0}
-        return {"iter": done, "epoch": self._epoch, "batch_in_epoch": self._batch_in_epoch}
+            return {"iter": done, "epoch": self.epoch + 1, "batch_in_epoch": 0}
+        return {"iter": done, "epoch": self.epoch, "batch_in_epoch": self._batch_in_epoch}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore the position; the sampler is told to skip the consumed part of the epoch."""
-        self._iter = int(state["iter"])
-        self._epoch = int(state["epoch"])
+        self.iter = int(state["iter"])
+        self.epoch = int(state["epoch"])
         self._batch_in_epoch = int(state["batch_in_epoch"])
 
 
@@ -110,7 +104,7 @@ class IterBasedTrainLoop(_TrainLoop):
         try:
             batch = next(self._data_iter)
         except StopIteration:
-            self._epoch += 1
+            self.epoch += 1
             self._batch_in_epoch = 0
             self._set_epoch()
             self._data_iter = iter(self.dataloader)
@@ -125,7 +119,7 @@ class IterBasedTrainLoop(_TrainLoop):
         runner.call_hook("before_train_epoch")
         runner.model.train()  # the eval loops restore the mode they found
         val_loop = runner.val_loop  # looked up once: this loop runs every iteration
-        while self._iter < stop_at and not runner.should_stop:
+        while self.iter < stop_at and not runner.should_stop:
             batch = self._next_batch()
             self.run_iter(self._batch_in_epoch - 1, batch)
             if val_loop is not None and self._should_validate(stop_at):
@@ -134,9 +128,9 @@ class IterBasedTrainLoop(_TrainLoop):
         runner.call_hook("after_train")
 
     def _should_validate(self, stop_at: int) -> bool:
-        if self._iter < self.val_begin:
+        if self.iter < self.val_begin:
             return False
-        return self._iter % self.val_interval == 0 or self._iter == stop_at
+        return self.iter % self.val_interval == 0 or self.iter == stop_at
 
 
 @LOOPS.register_module()
@@ -161,11 +155,11 @@ class EpochBasedTrainLoop(_TrainLoop):
         runner = self.runner
         stop_at = runner.limit_iters(self.max_iters)
         runner.call_hook("before_train")
-        while self._epoch < self.max_epochs and self._iter < stop_at and not runner.should_stop:
+        while self.epoch < self.max_epochs and self.iter < stop_at and not runner.should_stop:
             self.run_epoch(stop_at)
             if runner.should_stop and self._batch_in_epoch != 0:
                 break  # stopped inside the epoch: neither count it as done nor validate
-            done = self._epoch
+            done = self.epoch
             if runner.val_loop is not None and done >= self.val_begin and (
                 done % self.val_interval == 0 or done == self.max_epochs
             ):
@@ -180,9 +174,9 @@ class EpochBasedTrainLoop(_TrainLoop):
         for batch in self.dataloader:
             self._batch_in_epoch += 1
             self.run_iter(self._batch_in_epoch - 1, batch)
-            if runner.should_stop or self._iter >= stop_at:
+            if runner.should_stop or self.iter >= stop_at:
                 break
         if self._batch_in_epoch == self.iters_per_epoch:
             runner.call_hook("after_train_epoch")
-            self._epoch += 1
+            self.epoch += 1
             self._batch_in_epoch = 0

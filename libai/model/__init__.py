@@ -3,6 +3,7 @@
 from .base import (
     BaseModel,
     DataPreprocessor,
+    make_train_step,
     parse_losses,
     test_step,
     to_device,
@@ -19,6 +20,7 @@ __all__ = [
     "DigitsMLP",
     "MLPClassifier",
     "compile_model",
+    "make_train_step",
     "parse_losses",
     "test_step",
     "to_device",

@@ -8,7 +8,9 @@ the same default steps for a plain module.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import nullcontext
+from functools import partial
 from typing import Any
 
 import torch
@@ -19,6 +21,7 @@ from libai.utils.errors import TrainingError
 __all__ = [
     "BaseModel",
     "DataPreprocessor",
+    "make_train_step",
     "parse_losses",
     "to_device",
     "train_step",
@@ -29,18 +32,30 @@ __all__ = [
 
 
 def to_device(data: Any, device: torch.device | str, non_blocking: bool = False) -> Any:
-    """Move every tensor in a nested dict/list/tuple to ``device``."""
+    """Move every tensor in a nested dict/list/tuple to ``device``.
+
+    A tensor already there is returned as is (like ``Tensor.to``); on the CPU that is decided
+    without a call into torch, which matters on the per-step path.
+    """
+    device = torch.device(device) if isinstance(device, str) else device
+    return _to(data, device, device.type == "cpu", non_blocking)
+
+
+def _to(data: Any, device: torch.device, cpu: bool, non_blocking: bool) -> Any:
     if isinstance(data, torch.Tensor):
-        return data.to(device, non_blocking=non_blocking)
+        return data if cpu and data.is_cpu else data.to(device, non_blocking=non_blocking)
     if isinstance(data, dict):  # the usual batch: one level of tensors, no recursion for them
-        return {k: v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor)
-                else to_device(v, device, non_blocking) for k, v in data.items()}
+        return {
+            k: (v if cpu and v.is_cpu else v.to(device, non_blocking=non_blocking))
+            if isinstance(v, torch.Tensor) else _to(v, device, cpu, non_blocking)
+            for k, v in data.items()
+        }
     if isinstance(data, Mapping):
-        return {k: to_device(v, device, non_blocking) for k, v in data.items()}
+        return {k: _to(v, device, cpu, non_blocking) for k, v in data.items()}
     if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
-        return type(data)(*(to_device(v, device, non_blocking) for v in data))
+        return type(data)(*(_to(v, device, cpu, non_blocking) for v in data))
     if isinstance(data, (list, tuple)):
-        return type(data)(to_device(v, device, non_blocking) for v in data)
+        return type(data)(_to(v, device, cpu, non_blocking) for v in data)
     return data
 
 
@@ -67,7 +82,7 @@ def parse_losses(outputs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     (a tensor with several elements is averaged first); every tensor entry is logged.
     """
     if isinstance(outputs, torch.Tensor):
-        loss = outputs if outputs.dim() == 0 else outputs.mean()
+        loss = outputs if outputs.ndim == 0 else outputs.mean()
         return loss, {"loss": loss.detach()}
     if not isinstance(outputs, (dict, Mapping)):  # dict first: an ABC check is slower
         raise TrainingError(
@@ -81,12 +96,14 @@ def parse_losses(outputs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             if not isinstance(value, (list, tuple)):
                 continue
             value = sum(v.mean() for v in value)
-        if value.dim():
+        if value.ndim:  # a property: cheaper than dim() on the per-step path
             value = value.mean()
+        # the logger keeps these for a whole interval: never a reference into the graph
         if "loss" in key:
             losses.append(value)
-        # the logger keeps these for a whole interval: never a reference into the graph
-        log_vars[key] = value.detach() if value.requires_grad else value
+            log_vars[key] = value.detach()
+        else:
+            log_vars[key] = value.detach() if value.requires_grad else value
     if not losses:
         raise TrainingError(
             f"In train mode the model returned a dict with keys {sorted(outputs)}, none of which "
@@ -109,22 +126,57 @@ def unwrap_model(model: nn.Module) -> nn.Module:
             return model
 
 
-def _preprocess(model: nn.Module, data: Any, training: bool, device: torch.device | None) -> Any:
+def _mover(model: nn.Module, training: bool, device: torch.device | str | None) -> Any:
+    """What moves a batch for ``model``: its data preprocessor, ``to_device``, or None.
+
+    None when the model has no preprocessor and ``device`` is the CPU: a data loader yields CPU
+    tensors, so there is nothing to move (a plain PyTorch loop on the CPU moves nothing either).
+    """
     # looked up in the module's dicts: a missing attribute on an nn.Module goes through
-    # __getattr__ and an exception, which costs microseconds on every step
+    # __getattr__ and an exception
     pre = model._modules.get("data_preprocessor") or model.__dict__.get("data_preprocessor")
     if pre is not None:
-        return pre(data, training)
-    if device is None:  # found once per call: pass ``device`` on hot paths
+        return lambda data: pre(data, training)
+    if device is None:
         param = next(model.parameters(), None)
         if param is None:
-            return data
+            return None
         device = param.device
-    return to_device(data, device)
+    device = torch.device(device)
+    if device.type == "cpu":
+        return None
+    return partial(to_device, device=device)
+
+
+def make_train_step(model: nn.Module, forward: nn.Module | None = None,
+                    device: torch.device | str | None = None) -> Callable[[Any, Any], dict]:
+    """``train_step`` for ``model`` with its per-run decisions made once.
+
+    ``make_train_step(model, forward, device)(data, optim_wrapper)`` does exactly what
+    ``train_step(model, data, optim_wrapper, forward, device)`` does; the runner calls it every
+    iteration, so finding the preprocessor and the device happens here, not per step.
+    """
+    forward = forward if forward is not None else model
+    move = _mover(model, True, device)
+
+    def step(data: Any, optim_wrapper: Any) -> dict:
+        if move is not None:
+            data = move(data)
+        context = optim_wrapper.optim_context(forward)
+        if type(context) is nullcontext:  # the usual case: skip entering a context that does nothing
+            outputs = forward(data)
+        else:
+            with context:
+                outputs = forward(data)
+        loss, log_vars = parse_losses(outputs)
+        optim_wrapper.update_params(loss)
+        return log_vars
+
+    return step
 
 
 def train_step(model: nn.Module, data: Any, optim_wrapper: Any, forward: nn.Module | None = None,
-               device: torch.device | None = None) -> dict:
+               device: torch.device | str | None = None) -> dict:
     """One optimisation step for a plain module: preprocess, forward, parse losses, update.
 
     Args:
@@ -133,25 +185,21 @@ def train_step(model: nn.Module, data: Any, optim_wrapper: Any, forward: nn.Modu
         optim_wrapper: Does backward, accumulation, clipping and the step.
         forward: The module to call (the DDP or compiled wrapper). Defaults to ``model``.
         device: Where the batch goes. Defaults to the device of the model's first parameter.
+            On the CPU a batch is not moved.
 
     Returns:
         The detached values to log.
     """
-    forward = forward if forward is not None else model
-    data = _preprocess(model, data, True, device)
-    with optim_wrapper.optim_context(forward):
-        outputs = forward(data)
-    loss, log_vars = parse_losses(outputs)
-    optim_wrapper.update_params(loss)
-    return log_vars
+    return make_train_step(model, forward, device)(data, optim_wrapper)
 
 
 @torch.no_grad()
 def val_step(model: nn.Module, data: Any, forward: nn.Module | None = None,
-             device: torch.device | None = None) -> Any:
+             device: torch.device | str | None = None) -> Any:
     """Preprocess and forward a batch in eval mode; returns what the metrics consume."""
     forward = forward if forward is not None else model
-    return forward(_preprocess(model, data, False, device))
+    move = _mover(model, False, device)
+    return forward(data if move is None else move(data))
 
 
 test_step = val_step

@@ -189,12 +189,23 @@ class OptimWrapper:
             zero_kwargs: Keyword arguments for ``zero_grad``. Defaults to None.
         """
         count = self._inner_count
-        divisor = self._divisor(count)
-        self.backward(loss / divisor if divisor != 1 else loss)
+        if self.accumulative_counts == 1:  # every call steps: the per-step path stays short
+            self.backward(loss)
+            complete = True
+        else:
+            divisor = self._divisor(count)
+            self.backward(loss / divisor if divisor != 1 else loss)
+            complete = self._window_complete(count)
         self._inner_count = count + 1
-        if self._window_complete(count):
-            self.step(**(step_kwargs or {}))
-            self.zero_grad(**(zero_kwargs or {}))
+        if complete:
+            if step_kwargs:
+                self.step(**step_kwargs)
+            else:
+                self.step()
+            if zero_kwargs:
+                self.zero_grad(**zero_kwargs)
+            else:
+                self.zero_grad()
 
     def register_after_backward(self, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` after every ``backward``, before any optimizer step.
@@ -211,9 +222,13 @@ class OptimWrapper:
             loss: The (already divided) loss.
             **kwargs: Passed to ``torch.Tensor.backward``.
         """
-        self._run_backward(loss, **kwargs)
-        for fn in self._after_backward:
-            fn()
+        if kwargs:
+            self._run_backward(loss, **kwargs)
+        else:
+            self._run_backward(loss)
+        if self._after_backward:
+            for fn in self._after_backward:
+                fn()
 
     def _run_backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         loss.backward(**kwargs)
@@ -224,7 +239,8 @@ class OptimWrapper:
         Args:
             **kwargs: Passed to ``optimizer.step``.
         """
-        self._clip_grads()
+        if self._clip is not None:
+            self._clip_grads()
         self.optimizer.step(**kwargs)
 
     def zero_grad(self, set_to_none: bool = True) -> None:

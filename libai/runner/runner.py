@@ -14,9 +14,9 @@ from typing import Any
 
 from torch import nn
 
-from libai.model import compile_model, wrap_ddp
+from libai.hooks.hook import STAGES, Hook
+from libai.model import compile_model, make_train_step, wrap_ddp
 from libai.model import test_step as default_eval_step
-from libai.model import train_step as default_train_step
 from libai.registry import RUNNERS
 from libai.utils import dist
 from libai.utils.errors import CheckpointError, ConfigError
@@ -70,7 +70,7 @@ class Runner(CheckpointMixin):
             from libai.hooks import CheckpointHook
 
             self.hooks = [h for h in self.hooks if not isinstance(h, CheckpointHook)]
-        self._stage_hooks = _index_hooks(self.hooks)
+        self._index_hooks()
         self.logger.info(self.hook_order_text())
         self._optim_wrapper = None
         self._param_schedulers = None
@@ -216,32 +216,38 @@ class Runner(CheckpointMixin):
     # ------------------------------------------------------------------------- steps
     def run_train_step(self, data: Any) -> dict:
         """One training step; the model's own ``train_step`` wins over the default."""
-        if self._train_step is None:
-            self._train_step = self._resolve_step("train_step")
-        return self._train_step(data, self.optim_wrapper, forward=self.model)
+        step = self._train_step
+        if step is None:
+            own = getattr(self.unwrapped_model, "train_step", None)
+            step = partial(own, forward=self.model) if own is not None else make_train_step(
+                self.unwrapped_model, self.model, self.device)
+            self._train_step = step
+        return step(data, self._optim_wrapper or self.optim_wrapper)
 
     def run_eval_step(self, data: Any) -> Any:
         """One evaluation step; the model's own ``val_step`` wins over the default."""
         if self._eval_step is None:
-            self._eval_step = self._resolve_step("val_step")
+            own = getattr(self.unwrapped_model, "val_step", None)
+            self._eval_step = own or partial(default_eval_step, self.unwrapped_model, device=self.device)
         return self._eval_step(data, forward=self.model)
-
-    def _resolve_step(self, name: str) -> Any:
-        """The model's own step method, or the default one bound to this model and device.
-
-        Resolved once: a failed attribute lookup on an nn.Module is slow, and this runs per step.
-        """
-        model = self.unwrapped_model
-        own = getattr(model, name, None)
-        if own is not None:
-            return own
-        default = default_train_step if name == "train_step" else default_eval_step
-        return partial(default, model, device=self.device)
 
     def call_hook(self, stage: str, **kwargs: Any) -> None:
         """Call ``stage`` on every hook that overrides it, in priority order."""
-        for hook in self._stage_hooks.get(stage, ()):
-            getattr(hook, stage)(self, **kwargs)
+        for method in self._stage_methods.get(stage, ()):
+            method(self, **kwargs)
+        if self._hook_generation != Hook.stage_generation:  # a hook disabled a stage
+            self._index_hooks()
+
+    def _index_hooks(self) -> None:
+        """Per stage, the hooks that act at it and their bound methods, in priority order.
+
+        A stage no hook uses costs nothing per iteration; methods are looked up once, here.
+        """
+        self._hook_generation = Hook.stage_generation
+        self._stage_hooks = {stage: [h for h in self.hooks if h.uses_stage(stage)] for stage in STAGES}
+        self._stage_hooks = {stage: used for stage, used in self._stage_hooks.items() if used}
+        self._stage_methods = {stage: tuple(getattr(h, stage) for h in used)
+                               for stage, used in self._stage_hooks.items()}
 
     # ------------------------------------------------------------------- entry points
     def train(self) -> nn.Module:
@@ -299,14 +305,6 @@ class Runner(CheckpointMixin):
             + f", effective batch size {batch} x {self.world_size} process(es) x {acc} accumulation "
             f"= {batch * self.world_size * acc}"
         )
-
-
-def _index_hooks(hooks: list) -> dict[str, list]:
-    """Per stage, the hooks that act at it: a stage no hook uses costs nothing per iteration."""
-    from libai.hooks.hook import STAGES
-
-    index = {stage: [h for h in hooks if h.uses_stage(stage)] for stage in STAGES}
-    return {stage: used for stage, used in index.items() if used}
 
 
 def _config_name(cfg: Any) -> str:

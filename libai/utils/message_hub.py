@@ -8,6 +8,7 @@ iteration count. Hooks write with ``update_scalar``/``update_info`` and read smo
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 from typing import Any
 
 __all__ = ["MessageHub"]
@@ -59,8 +60,9 @@ class MessageHub:
         n = len(h.values) if window is None else min(window, len(h.values))
         if n == 0:
             raise ValueError(f"scalar '{name}' has no values")
-        vals = list(h.values)[-n:]
-        cnts = list(h.counts)[-n:]
+        # the newest n, read from the right end: no copy of the whole history per call
+        vals = islice(reversed(h.values), n)
+        cnts = list(islice(reversed(h.counts), n))
         return sum(v * c for v, c in zip(vals, cnts)) / sum(cnts)
 
     def last_step(self, name: str) -> int:

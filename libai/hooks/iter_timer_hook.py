@@ -31,7 +31,11 @@ class IterTimerHook(Hook):
 
     def __init__(self) -> None:
         self._last: dict[str, float] = {}
-        self._train_last = time.perf_counter()  # the train timer, apart: it runs every iteration
+        # the train timer, apart: it runs every iteration and appends to the hub's histories
+        # directly (one value each, count 1: what update_scalar would do, without the call)
+        self._train_last = time.perf_counter()
+        self._data_time: Any = None
+        self._iter_time: Any = None
 
     def _start(self, mode: str) -> None:
         if mode == "train":
@@ -49,20 +53,36 @@ class IterTimerHook(Hook):
         self._last[mode] = now
 
     # ------------------------------------------------------------------------------- train
+    def _start_train(self, runner: Any) -> None:
+        hub = runner.message_hub
+        self._data_time = hub.history("train/data_time")
+        self._iter_time = hub.history("train/time")
+        self._train_last = time.perf_counter()
+
     def before_train(self, runner: Any) -> None:
-        self._start("train")
+        self._start_train(runner)
 
     def before_train_epoch(self, runner: Any) -> None:
-        self._start("train")
+        self._start_train(runner)
 
     def before_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
-        runner.message_hub.update_scalar("train/data_time", time.perf_counter() - self._train_last)
+        h = self._data_time
+        if h is None:  # a custom loop that skipped before_train
+            self._start_train(runner)
+            h = self._data_time
+        h.values.append(time.perf_counter() - self._train_last)
+        h.counts.append(1)
 
     def after_train_iter(
         self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
         now = time.perf_counter()
-        runner.message_hub.update_scalar("train/time", now - self._train_last)
+        h = self._iter_time
+        if h is None:
+            self._start_train(runner)
+            h = self._iter_time
+        h.values.append(now - self._train_last)
+        h.counts.append(1)
         self._train_last = now
 
     # ------------------------------------------------------------------------- val / test

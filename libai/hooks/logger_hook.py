@@ -174,6 +174,7 @@ class LoggerHook(Hook):
         self._by_epoch = False
         self._max_iters = 0
         self._per_epoch: int | None = None
+        self._log_len = 1  # rows of the current interval after which its line is due
         self._start_iter = 0
         self._t_start = 0.0
         self._t_eval = 0.0
@@ -237,16 +238,25 @@ class LoggerHook(Hook):
     def after_train_iter(
         self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
-        self._sums.rows.append(outputs)
+        rows = self._sums.rows
+        if not rows:  # a new interval: how many iterations until its line is due
+            self._log_len = self._iterations_to_log(runner.iter, batch_idx)
+        rows.append(outputs)
         if self._bar.enabled:
             self._bar.advance("train")
-        done = runner.iter + 1
+        if len(rows) >= self._log_len:
+            self._log_train(runner, batch_idx, runner.iter + 1)
+
+    def _iterations_to_log(self, it: int, batch_idx: int) -> int:
+        """From iteration ``it`` (0-based, not done), the iterations until a line is due: at
+        multiples of ``interval`` (within the epoch for epoch loops), an epoch's end, the end."""
         if self._by_epoch:
-            due = (batch_idx + 1) % self.interval == 0 or batch_idx + 1 == self._per_epoch
+            n = self.interval - batch_idx % self.interval
+            if self._per_epoch:
+                n = min(n, self._per_epoch - batch_idx)
         else:
-            due = done % self.interval == 0
-        if due or done >= self._max_iters:
-            self._log_train(runner, batch_idx, done)
+            n = self.interval - it % self.interval
+        return max(1, min(n, self._max_iters - it))
 
     def _log_train(self, runner: Any, batch_idx: int | None, done: int) -> None:
         n = self._sums.iterations

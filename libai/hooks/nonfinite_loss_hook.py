@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from libai.registry import HOOKS
+from libai.utils import dist
 from libai.utils.errors import ConfigError, TrainingError
 from libai.utils.suggest import did_you_mean
 
@@ -25,29 +26,37 @@ _FIXES = (
 )
 
 
-def _losses(outputs: Any) -> dict[str, torch.Tensor]:
-    if not isinstance(outputs, Mapping):
-        return {}
-    return {k: v for k, v in outputs.items() if "loss" in k and isinstance(v, torch.Tensor)}
+def _first_non_finite(rows: list[Any]) -> int | None:
+    """Index of the first row with a non-finite ``*loss*`` tensor entry, or None.
 
-
-def _all_finite(outputs: Any) -> bool:
-    """True when every ``*loss*`` tensor entry is finite, with one device read.
-
-    Runs every iteration: the usual dict with one loss tensor takes a loop and one ``item()``.
+    One pass without a call per row: CPU values are read one by one (cheaper than a kernel
+    there); values on an accelerator are stacked and read once.
     """
-    if not isinstance(outputs, (dict, Mapping)):  # dict first: an ABC check is slower
-        return True
-    found = None
-    for key, value in outputs.items():
-        if "loss" in key and isinstance(value, torch.Tensor):
-            if found is not None:  # several losses: one stacked check
-                losses = [v for k, v in outputs.items() if "loss" in k and isinstance(v, torch.Tensor)]
-                return bool(torch.stack([v if v.ndim == 0 else v.sum() for v in losses]).isfinite().all())
-            found = value
-    if found is None:
-        return True
-    return math.isfinite(found.item() if found.ndim == 0 else found.sum().item())
+    on_device: list[torch.Tensor] = []
+    owner: list[int] = []
+    cpu_bad = None
+    for i, row in enumerate(rows):
+        if not isinstance(row, (dict, Mapping)):
+            continue
+        for key, value in row.items():
+            if "loss" not in key or not isinstance(value, torch.Tensor):
+                continue
+            if value.ndim:
+                value = value.sum()
+            if not value.is_cpu:
+                on_device.append(value)
+                owner.append(i)
+            elif not math.isfinite(value.item()):
+                cpu_bad = i
+                break
+        if cpu_bad is not None:
+            break
+    if on_device:  # all from rows up to cpu_bad
+        with torch.no_grad():
+            finite = torch.stack([v.float().to(on_device[0].device) for v in on_device]).isfinite()
+            if not bool(finite.all()):
+                return owner[finite.tolist().index(False)]
+    return cpu_bad
 
 
 def _fmt(outputs: Mapping[str, Any]) -> str:
@@ -64,37 +73,45 @@ class NonFiniteLossHook(Hook):
 
     Policies:
 
-    - ``'raise'``: after an iteration whose loss (``outputs['loss']`` and every entry whose name
-      contains ``loss``) is not finite, raise :class:`~libai.utils.errors.TrainingError` naming the
-      iteration, the logged values and the usual fixes. The last checkpoint is untouched.
+    - ``'raise'``: when an iteration's loss (``outputs['loss']`` and every entry whose name
+      contains ``loss``) is not finite, raise :class:`~libai.utils.errors.TrainingError` naming
+      that iteration, its logged values and the usual fixes.
+    - ``'warn'``: log the same facts as a warning and go on.
     - ``'skip'``: after the backward pass that precedes an optimizer step, if any gradient is not
       finite, drop all gradients (set them to None) so that the optimizer leaves the weights and
       its state unchanged for that step, and warn. The step's logged values are left out of the
-      logger's averages. More than ``max_skips`` skipped steps in a row raise TrainingError. Under float16 AMP the GradScaler already skips such steps (and
-      must see the bad gradients to lower its scale), so this policy then leaves them alone.
-    - ``'warn'``: log a warning and go on.
+      logger's averages. More than ``max_skips`` skipped steps in a row raise TrainingError.
+      Under float16 AMP the GradScaler already skips such steps (and must see the bad gradients
+      to lower its scale), so this policy then leaves them alone.
 
-    Cost: a check reads a value back from the device, which waits for the queued work to finish
-    (a synchronisation) once per ``check_interval`` iterations. For 'raise' and 'warn' it is one
-    small reduction over the loss values; for 'skip' one fused norm over all gradients. On GPU
-    with a fast model, ``check_interval=10`` or more hides most of the cost ('skip' then only
-    protects the checked steps).
+    When the checks happen, and what they cost: reading a value back from an accelerator waits
+    for its queued work (a synchronisation), so 'raise' and 'warn' keep each iteration's loss
+    values and read them in one batch every ``check_interval`` iterations (at multiples of it),
+    before every validation and checkpoint save, and when training ends. Every iteration is
+    checked and the report names the first bad one; training may run on for up to
+    ``check_interval - 1`` iterations before it stops, but no validation and no checkpoint sees
+    their weights. Under DDP the ranks decide together (one small collective per check), so that
+    all stop. 'skip' must act before the step, so it checks gradients every ``check_interval``
+    iterations (one fused norm) and protects only those steps.
 
     Args:
         policy: ``'raise'``, ``'skip'`` or ``'warn'``. Defaults to 'raise'.
-        check_interval: Check every this many iterations. Defaults to 1.
+        check_interval: See above. Defaults to None: 50 for 'raise' and 'warn', 1 for 'skip'.
         max_skips: With 'skip', the most steps skipped in a row before training stops. Defaults
             to 10.
     """
 
     priority = "HIGHEST"
 
-    def __init__(self, policy: str = "raise", check_interval: int = 1, max_skips: int = 10) -> None:
+    def __init__(self, policy: str = "raise", check_interval: int | None = None,
+                 max_skips: int = 10) -> None:
         if policy not in _POLICIES:
             raise ConfigError(
                 f"NonFiniteLossHook: policy must be one of {', '.join(_POLICIES)}, got "
                 f"{policy!r}.{did_you_mean(str(policy), _POLICIES)}"
             )
+        if check_interval is None:
+            check_interval = 1 if policy == "skip" else 50
         for name, value in (("check_interval", check_interval), ("max_skips", max_skips)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"NonFiniteLossHook: {name} must be an int >= 1, got {value!r}.")
@@ -106,7 +123,13 @@ class NonFiniteLossHook(Hook):
         self._params: list[tuple[str, torch.Tensor]] = []
         self._defer_to_scaler = False
         self._skipped_now = False
-        if policy != "skip":  # gradients are only inspected to skip steps
+        self._pending: list[Any] = []  # logged values of the iterations not checked yet
+        self._pending_from = 0  # the 0-based iteration of _pending[0]
+        self._batch_len = check_interval  # checked when _pending is this long
+        if policy == "skip":  # gradients are checked before each step instead
+            for stage in ("before_val", "before_save_checkpoint", "after_train"):
+                self.disable_stage(stage)
+        else:  # gradients are only inspected to skip steps
             self.disable_stage("after_backward")
             self.disable_stage("before_train")
 
@@ -124,17 +147,48 @@ class NonFiniteLossHook(Hook):
                 outputs.clear()
             self._skipped_now = False
             return
-        if self.check_interval > 1 and not self._due(runner):
+        pending = self._pending
+        if not pending:  # a new batch, up to the next multiple of check_interval
+            self._pending_from = start = runner.iter
+            self._batch_len = self.check_interval - start % self.check_interval
+        pending.append(outputs)  # checked in batches: a read per iteration would sync each one
+        if len(pending) >= self._batch_len:
+            self._check(runner)
+
+    def before_val(self, runner: Any) -> None:
+        self._check(runner)
+
+    def after_train(self, runner: Any) -> None:
+        self._check(runner)
+
+    def before_save_checkpoint(self, runner: Any, checkpoint: Any = None) -> None:
+        # rank 0 only, so no collective here; the runner passes a failure on to every rank
+        self._check(runner, collective=False)
+
+    def _check(self, runner: Any, collective: bool = True) -> None:
+        rows = self._pending
+        if collective:  # rank 0's own look before a save keeps them: every rank must clear
+            self._pending = []  # the same rows at the same checks, or the collectives pair wrong
+        if not rows:  # every rank runs the same iterations: all return here together
             return
-        if _all_finite(outputs):
+        first = _first_non_finite(rows)
+        bad_iter = math.inf if first is None else self._pending_from + first
+        if collective and dist.is_distributed():
+            bad_iter = dist.all_reduce_min(bad_iter)  # every rank learns of the earliest one
+        if bad_iter == math.inf:
             return
-        where = f"iteration {runner.iter + 1}"
+        bad_iter = int(bad_iter)
+        local = first is not None and self._pending_from + first == bad_iter
+        values = _fmt(rows[first]) if local else "the values are on another process"
+        where = f"iteration {bad_iter + 1}"
         if self.policy == "raise":
             raise TrainingError(
-                f"Non-finite loss at {where} (epoch {runner.epoch}): {_fmt(outputs)}. {_FIXES}; "
-                f"or set default_hooks=dict(nonfinite=dict(policy='skip')) to skip such steps."
+                f"Non-finite loss at {where}: {values}. {_FIXES}; or set "
+                f"default_hooks=dict(nonfinite=dict(policy='skip')) to skip such steps."
             )
-        runner.logger.warning(f"Non-finite loss at {where}: {_fmt(outputs)}. Training goes on.")
+        more = sum(_first_non_finite([r]) is not None for r in rows) - 1 if first is not None else 0
+        also = f" ({more} more up to iteration {self._pending_from + len(rows)})" if more > 0 else ""
+        runner.logger.warning(f"Non-finite loss at {where}: {values}{also}. Training goes on.")
 
     # ------------------------------------------------------------------- skip: gradients
     def before_train(self, runner: Any) -> None:

@@ -46,12 +46,14 @@ class _TrainLoop(BaseLoop):
 
     def run_iter(self, batch_idx: int, data_batch: Any) -> None:
         runner = self.runner
-        runner.call_hook("before_train_iter", batch_idx=batch_idx, data_batch=data_batch)
+        hooks = runner.stage_methods  # runner.call_hook(stage, ...), inlined: it runs per iteration
+        for method in hooks.get("before_train_iter", ()):
+            method(runner, batch_idx=batch_idx, data_batch=data_batch)
         outputs = runner.run_train_step(data_batch)
         self._step_done = True  # a checkpoint taken from now on must count this iteration
         try:
-            runner.call_hook("after_train_iter", batch_idx=batch_idx, data_batch=data_batch,
-                             outputs=outputs)
+            for method in hooks.get("after_train_iter", ()):
+                method(runner, batch_idx=batch_idx, data_batch=data_batch, outputs=outputs)
         finally:
             self.iter += 1
             self._step_done = False
@@ -97,20 +99,11 @@ class IterBasedTrainLoop(_TrainLoop):
         self.max_epochs = None
         self._data_iter = None
 
-    def _next_batch(self) -> Any:
-        if self._data_iter is None:
-            self._set_epoch()
-            self._data_iter = iter(self.dataloader)
-        try:
-            batch = next(self._data_iter)
-        except StopIteration:
-            self.epoch += 1
-            self._batch_in_epoch = 0
-            self._set_epoch()
-            self._data_iter = iter(self.dataloader)
-            batch = next(self._data_iter)
-        self._batch_in_epoch += 1
-        return batch
+    def _next_epoch(self) -> None:
+        self.epoch += 1
+        self._batch_in_epoch = 0
+        self._set_epoch()
+        self._data_iter = iter(self.dataloader)
 
     def run(self) -> None:
         runner = self.runner
@@ -119,8 +112,16 @@ class IterBasedTrainLoop(_TrainLoop):
         runner.call_hook("before_train_epoch")
         runner.model.train()  # the eval loops restore the mode they found
         val_loop = runner.val_loop  # looked up once: this loop runs every iteration
+        if self._data_iter is None and self.iter < stop_at:
+            self._set_epoch()
+            self._data_iter = iter(self.dataloader)
         while self.iter < stop_at and not runner.should_stop:
-            batch = self._next_batch()
+            try:
+                batch = next(self._data_iter)
+            except StopIteration:
+                self._next_epoch()
+                batch = next(self._data_iter)
+            self._batch_in_epoch += 1
             self.run_iter(self._batch_in_epoch - 1, batch)
             if val_loop is not None and self._should_validate(stop_at):
                 val_loop.run()

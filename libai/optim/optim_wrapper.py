@@ -110,6 +110,11 @@ class OptimWrapper:
         self._restored_grads_at: int | None = None
         self._after_backward: list[Callable[[], Any]] = []
         self._grad_norm: torch.Tensor | None = None  # kept on device; read lazily in scalars()
+        cls = type(self)
+        self._plain_steps = all(  # update_params may then inline them (see there)
+            getattr(cls, name) is getattr(OptimWrapper, name)
+            for name in ("backward", "_run_backward", "step", "zero_grad")
+        )
 
     # ------------------------------------------------------------------ accumulation state
     def initialize_count_status(self, model: nn.Module, init_counts: int, max_counts: int) -> None:
@@ -171,9 +176,9 @@ class OptimWrapper:
         Args:
             model: The model called inside the context (the DDP-wrapped one, if any).
         """
-        if not self._window_complete(self._inner_count) and hasattr(model, "no_sync"):
-            return model.no_sync()
-        return _NO_CONTEXT
+        if self.accumulative_counts == 1 or self._window_complete(self._inner_count):
+            return _NO_CONTEXT
+        return model.no_sync() if hasattr(model, "no_sync") else _NO_CONTEXT
 
     def update_params(
         self,
@@ -189,23 +194,24 @@ class OptimWrapper:
             zero_kwargs: Keyword arguments for ``zero_grad``. Defaults to None.
         """
         count = self._inner_count
-        if self.accumulative_counts == 1:  # every call steps: the per-step path stays short
-            self.backward(loss)
-            complete = True
-        else:
-            divisor = self._divisor(count)
-            self.backward(loss / divisor if divisor != 1 else loss)
-            complete = self._window_complete(count)
+        if self._plain_steps and self.accumulative_counts == 1 and not (step_kwargs or zero_kwargs):
+            # the common case, run every iteration: what backward/step/zero_grad below would do,
+            # without their calls (a subclass overriding any of them never gets here)
+            loss.backward()
+            for fn in self._after_backward:
+                fn()
+            self._inner_count = count + 1
+            if self._clip is not None:
+                self._clip_grads()
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            return
+        divisor = self._divisor(count)
+        self.backward(loss / divisor if divisor != 1 else loss)
         self._inner_count = count + 1
-        if complete:
-            if step_kwargs:
-                self.step(**step_kwargs)
-            else:
-                self.step()
-            if zero_kwargs:
-                self.zero_grad(**zero_kwargs)
-            else:
-                self.zero_grad()
+        if self._window_complete(count):
+            self.step(**(step_kwargs or {}))
+            self.zero_grad(**(zero_kwargs or {}))
 
     def register_after_backward(self, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` after every ``backward``, before any optimizer step.
@@ -222,13 +228,9 @@ class OptimWrapper:
             loss: The (already divided) loss.
             **kwargs: Passed to ``torch.Tensor.backward``.
         """
-        if kwargs:
-            self._run_backward(loss, **kwargs)
-        else:
-            self._run_backward(loss)
-        if self._after_backward:
-            for fn in self._after_backward:
-                fn()
+        self._run_backward(loss, **kwargs)
+        for fn in self._after_backward:
+            fn()
 
     def _run_backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         loss.backward(**kwargs)

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from libai.utils import dist
-from libai.utils.errors import CheckpointError, ConfigError
+from libai.utils.errors import CheckpointError, ConfigError, LibaiError
 
 from .resume_check import check_resume_config, config_json
 
@@ -112,7 +112,7 @@ class CheckpointMixin:
                 else:
                     save_checkpoint(state, path)
                     update_latest(self.work_dir, path)
-            except CheckpointError as e:
+            except LibaiError as e:  # a failed write, or a hook refusing the save (NaN weights)
                 error = e
         # every rank learns of a failure on rank 0, so that all stop (or go on) together
         error = dist.broadcast_object(error)

@@ -233,7 +233,7 @@ class Runner(CheckpointMixin):
 
     def call_hook(self, stage: str, **kwargs: Any) -> None:
         """Call ``stage`` on every hook that overrides it, in priority order."""
-        for method in self._stage_methods.get(stage, ()):
+        for method in self.stage_methods.get(stage, ()):
             method(self, **kwargs)
         if self._hook_generation != Hook.stage_generation:  # a hook disabled a stage
             self._index_hooks()
@@ -242,11 +242,13 @@ class Runner(CheckpointMixin):
         """Per stage, the hooks that act at it and their bound methods, in priority order.
 
         A stage no hook uses costs nothing per iteration; methods are looked up once, here.
+        ``stage_methods`` is public for the loops: on the per-iteration stages they call its
+        methods directly (``call_hook`` without the call), reading the dict afresh each time.
         """
         self._hook_generation = Hook.stage_generation
         self._stage_hooks = {stage: [h for h in self.hooks if h.uses_stage(stage)] for stage in STAGES}
         self._stage_hooks = {stage: used for stage, used in self._stage_hooks.items() if used}
-        self._stage_methods = {stage: tuple(getattr(h, stage) for h in used)
+        self.stage_methods = {stage: tuple(getattr(h, stage) for h in used)
                                for stage, used in self._stage_hooks.items()}
 
     # ------------------------------------------------------------------- entry points

@@ -102,6 +102,15 @@ def all_reduce_mean(values: dict[str, float]) -> dict[str, float]:
     return dict(zip(keys, t.tolist()))
 
 
+def all_reduce_min(value: float) -> float:
+    """The smallest of each rank's ``value`` (one collective)."""
+    if not is_distributed():
+        return value
+    t = torch.tensor([float(value)], dtype=torch.float64, device=_comm_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return t.item()
+
+
 def all_gather_object(obj: Any) -> list[Any]:
     """Gather a picklable object from every rank; returns a list indexed by rank."""
     if not is_distributed():

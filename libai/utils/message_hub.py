@@ -11,10 +11,16 @@ from collections import deque
 from itertools import islice
 from typing import Any
 
-__all__ = ["MessageHub"]
+__all__ = ["MessageHub", "ScalarHistory"]
 
 
-class _History:
+class ScalarHistory:
+    """The bounded history of one scalar: ``values[i]`` averaged ``counts[i]`` samples.
+
+    A per-iteration writer may append to ``values`` and ``counts`` directly (one entry each),
+    which skips a method call; ``MessageHub.update_scalar`` does the same with checks.
+    """
+
     __slots__ = ("values", "counts", "last_step")
 
     def __init__(self, maxlen: int) -> None:
@@ -32,14 +38,14 @@ class MessageHub:
 
     def __init__(self, max_history: int = 1000) -> None:
         self.max_history = max_history
-        self._scalars: dict[str, _History] = {}
+        self._scalars: dict[str, ScalarHistory] = {}
         self.info: dict[str, Any] = {}
 
     def update_scalar(self, name: str, value: float, count: int = 1, step: int = -1) -> None:
         """Record ``value`` (a Python number; convert tensors once, where they are produced)."""
         h = self._scalars.get(name)
         if h is None:
-            h = self._scalars[name] = _History(self.max_history)
+            h = self._scalars[name] = ScalarHistory(self.max_history)
         h.values.append(float(value))
         h.counts.append(count)
         h.last_step = step
@@ -48,8 +54,18 @@ class MessageHub:
         for k, v in values.items():
             self.update_scalar(k, v, step=step)
 
+    def history(self, name: str) -> ScalarHistory:
+        """The history of ``name`` (created empty if new). The object stays the same for the
+        hub's lifetime, across ``load_state_dict`` too, so a hook may keep it."""
+        h = self._scalars.get(name)
+        if h is None:
+            h = self._scalars[name] = ScalarHistory(self.max_history)
+        return h
+
     def has(self, name: str) -> bool:
-        return name in self._scalars
+        """Whether ``name`` has at least one value."""
+        h = self._scalars.get(name)
+        return h is not None and len(h.values) > 0
 
     def latest(self, name: str) -> float:
         return self._scalars[name].values[-1]
@@ -87,9 +103,17 @@ class MessageHub:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        self._scalars.clear()
-        for k, s in state.get("scalars", {}).items():
-            h = self._scalars[k] = _History(self.max_history)
+        """Restore the scalars and info; histories are refilled in place (see ``history``)."""
+        scalars = state.get("scalars", {})
+        for k, h in self._scalars.items():
+            if k not in scalars:
+                h.values.clear()
+                h.counts.clear()
+                h.last_step = -1
+        for k, s in scalars.items():
+            h = self.history(k)
+            h.values.clear()
+            h.counts.clear()
             h.values.extend(s["values"])
             h.counts.extend(s["counts"])
             h.last_step = s["last_step"]

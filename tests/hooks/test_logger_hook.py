@@ -163,7 +163,7 @@ def test_tensorboard_events(make_runner, run_iters):
 
 
 def test_tensorboard_missing_warns_once(tmp_path, monkeypatch, caplog):
-    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    monkeypatch.setitem(sys.modules, "tensorboard.compat.proto.event_pb2", None)
     monkeypatch.setattr(log_backends, "_tb_warned", False)
     lib_logger = log_backends._logger
     monkeypatch.setattr(lib_logger, "propagate", True)

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 from torch import nn
@@ -45,18 +47,48 @@ def test_non_loss_entries_are_ignored(make_runner, run_iters):
     )
 
 
-def test_check_interval(make_runner, run_iters):
-    runner = make_runner(NonFiniteLossHook(check_interval=2), max_iters=4)
-    run_iters(runner, outputs=_nan_at(2))  # iteration 3 is not checked
-    runner = make_runner(NonFiniteLossHook(check_interval=2), max_iters=4)
-    with pytest.raises(TrainingError, match="iteration 4"):
-        run_iters(runner, outputs=_nan_at(3))
+def test_every_iteration_is_checked_in_batches(make_runner, run_iters):
+    runner = make_runner(NonFiniteLossHook(check_interval=4), max_iters=8)
+    with pytest.raises(TrainingError, match="iteration 2:") as e:
+        run_iters(runner, outputs=_nan_at(1))
+    assert runner.iter == 3  # read at the end of the 4th iteration, naming the 2nd
+    assert "loss=nan" in str(e.value)
+
+
+def test_checks_sit_on_multiples_of_the_interval(make_runner, run_iters):
+    runner = make_runner(NonFiniteLossHook(check_interval=4), max_iters=12)
+    runner.iter = 2  # resumed: the first batch ends at iteration 4, not 6
+    with pytest.raises(TrainingError, match="iteration 3:"):
+        run_iters(runner, outputs=_nan_at(2))
+    assert runner.iter == 3
+
+
+def test_a_bad_loss_is_reported_before_a_checkpoint_saves_its_weights(make_runner, run_iters):
+    from libai.hooks import CheckpointHook
+
+    runner = make_runner(NonFiniteLossHook(), CheckpointHook(interval=3, save_last=False),
+                         max_iters=10)
+    with pytest.raises(TrainingError, match="iteration 2:"):
+        run_iters(runner, outputs=_nan_at(1))
+    assert runner.iter == 2  # stopped by the save at the end of iteration 3
+    assert not os.path.exists(os.path.join(runner.work_dir, "iter_3.pth"))
+
+
+def test_a_bad_loss_is_reported_before_validation_and_at_the_end(make_runner, run_iters):
+    runner = make_runner(NonFiniteLossHook(), max_iters=10)
+    with pytest.raises(TrainingError, match="iteration 2:"):
+        run_iters(runner, outputs=_nan_at(1), validate=lambda done: {"acc": 1.0} if done == 3 else None)
+    assert runner.iter == 3  # the validation after iteration 3 never started
+    runner = make_runner(NonFiniteLossHook(), max_iters=3)
+    with pytest.raises(TrainingError, match="iteration 3:"):
+        run_iters(runner, outputs=_nan_at(2))
 
 
 def test_warn(make_runner, run_iters):
     runner = make_runner(NonFiniteLossHook(policy="warn"), max_iters=4)
-    run_iters(runner, outputs=_nan_at(1))
-    assert any("Non-finite loss at iteration 2" in m for m in runner.messages)
+    run_iters(runner, outputs=lambda i: {"loss": torch.tensor(float("nan") if i in (1, 2) else 1.0)})
+    warnings = [m for m in runner.messages if "Non-finite" in m]
+    assert len(warnings) == 1 and "at iteration 2: loss=nan (1 more up to iteration 4)" in warnings[0]
 
 
 class TwoParams(nn.Module):

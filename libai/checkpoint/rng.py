@@ -21,6 +21,11 @@ __all__ = ["get_rng_state", "set_rng_state"]
 _KEYS = ("python", "numpy", "torch", "cuda")
 
 
+def _as_list(values: Any) -> list:
+    """A tensor's values as Python numbers; a list (older checkpoints) as is."""
+    return values.tolist() if isinstance(values, torch.Tensor) else list(values)
+
+
 def get_rng_state() -> dict[str, Any]:
     """Capture the global generators: Python ``random``, numpy, torch CPU and every CUDA device.
 
@@ -32,7 +37,9 @@ def get_rng_state() -> dict[str, Any]:
     version, internal, gauss_next = random.getstate()
     name, keys, pos, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
     state: dict[str, Any] = {
-        "python": {"version": version, "state": list(internal), "gauss_next": gauss_next},
+        # 625 words as one int64 tensor: a list of ints costs a checkpoint save a pickle call each
+        "python": {"version": version, "state": torch.tensor(internal, dtype=torch.int64),
+                   "gauss_next": gauss_next},
         "numpy": {
             "bit_generator": str(name),
             # uint32 words widened to int64 so that every torch version can hold them.
@@ -71,7 +78,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
         if "python" in state:
             py = state["python"]
             random.setstate(
-                (int(py["version"]), tuple(int(x) for x in py["state"]), py["gauss_next"])
+                (int(py["version"]), tuple(int(x) for x in _as_list(py["state"])), py["gauss_next"])
             )
         if "numpy" in state:
             npy = state["numpy"]

@@ -42,9 +42,17 @@ def test_rng_round_trip_through_checkpoint(tmp_path):
 def test_rng_state_holds_only_plain_data():
     state = get_rng_state()
     assert set(state) >= {"python", "numpy", "torch"}
-    assert isinstance(state["python"]["state"], list)
+    assert state["python"]["state"].dtype == torch.int64  # one tensor, not 625 ints to pickle
     assert state["numpy"]["keys"].dtype == torch.int64
     assert ("cuda" in state) == torch.cuda.is_available()
+
+
+def test_rng_state_from_an_older_checkpoint_with_a_list_still_loads():
+    state = get_rng_state()
+    expected = _draw()
+    state["python"]["state"] = state["python"]["state"].tolist()
+    set_rng_state(state)
+    assert _draw() == expected
 
 
 def test_bad_rng_state_is_rejected():

@@ -163,6 +163,24 @@ def test_hook_priority_and_disabling_defaults(tmp_path):
         make(tmp_path, default_hooks=dict(checkpont=None))
 
 
+def test_a_stage_disabled_during_training_is_no_longer_called(tmp_path):
+    class OnlyTwice(Hook):
+        def __init__(self):
+            self.calls = 0
+
+        def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+            self.calls += 1
+
+        def after_val(self, runner, metrics=None):
+            self.disable_stage("after_train_iter")  # takes effect from the next stage call
+
+    runner = make(tmp_path, train_cfg=dict(max_iters=6, val_interval=2), custom_hooks=[OnlyTwice()])
+    runner.train()
+    assert next(h for h in runner.hooks if isinstance(h, OnlyTwice)).calls == 2
+    # no schedulers: ParamSchedulerHook dropped its per-iteration stage in before_train
+    assert "ParamSchedulerHook" not in [type(h).__name__ for h in runner._stage_hooks.get("before_train_iter", [])]
+
+
 def test_custom_loop_selected_by_type(tmp_path):
     @LOOPS.register_module(force=True)
     class CountingLoop(LOOPS.get("IterBasedTrainLoop")):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import logging
 import math
 import os
 import time
@@ -281,7 +282,8 @@ class LoggerHook(Hook):
             for k in ("time", "data_time")
             if hub.has(f"train/{k}")
         }
-        runner.logger.info(self._train_line(runner, batch_idx, done, means, extra, timing))
+        if runner.logger.isEnabledFor(logging.INFO):  # a quiet run skips formatting the line
+            runner.logger.info(self._train_line(runner, batch_idx, done, means, extra, timing))
         self._write(
             runner, {**scalars, **{f"train/{k}": v for k, v in {**extra, **timing}.items()}}, done
         )

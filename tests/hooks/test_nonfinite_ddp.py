@@ -2,6 +2,7 @@
 the same first bad iteration, instead of leaving the healthy rank waiting in a collective."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,8 +57,7 @@ def test_nan_on_one_rank_stops_both(tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     log = out.stdout + out.stderr
     assert out.returncode != 0, log[-3000:]
-    errors = [line for line in log.splitlines() if "Non-finite loss at iteration" in line]
-    assert len(errors) == 2, log[-3000:]  # one per rank, both naming rank 1's iteration
-    assert all("Non-finite loss at iteration 3:" in line for line in errors), errors
-    assert any("loss=nan" in line for line in errors) and any("another process" in line for line in errors)
+    # one error per rank (their stderr lines may interleave), both naming rank 1's iteration
+    errors = re.findall(r"Non-finite loss at iteration (\d+): (loss=nan|the values are on another process)", log)
+    assert sorted(errors) == [("3", "loss=nan"), ("3", "the values are on another process")], log[-3000:]
     assert not list((tmp_path / "work").glob("*.pth"))  # nothing saved from the NaN weights

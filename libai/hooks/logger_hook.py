@@ -49,10 +49,6 @@ class _RunningSum:
     def reset(self) -> None:
         self.rows = []
 
-    def add(self, outputs: Any) -> None:
-        """Count one iteration and keep its values (``outputs`` that is no mapping has none)."""
-        self.rows.append(outputs)
-
     def means(self) -> dict[str, float]:
         """Averages since the last reset, as Python floats (at most one device read)."""
         per_key: dict[str, list[Any]] = {}

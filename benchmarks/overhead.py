@@ -2,12 +2,18 @@
 
 Trains the same tiny model on the same data order and seed twice per size: with the Runner
 (default hooks, logging every 50 iterations) and with a plain loop. Checks that the final
-parameters are identical, then prints the time ratio Runner/plain (best of ``--repeats``
-back-to-back pairs: the median of the per-pair ratios) for a short
-and a long run (the ratio must stay flat as the run grows) and the import + build cost over
-``import torch``.
+parameters are identical, then prints:
 
-    python benchmarks/overhead.py [--iters 1000 4000] [--repeats 3]
+* the whole-run time ratio Runner/plain for a short and a long run (``--repeats`` back-to-back
+  pairs, the median of the per-pair ratios; the ratio must stay flat as the run grows);
+* the steady-state ratio: one Runner run and one plain loop advanced in alternating chunks of
+  ``--chunk`` iterations (a multiple of the log interval, so each chunk holds its log lines),
+  the median of the per-chunk ratios. Alternating every ~0.1 s puts both under the same machine
+  load, so this figure holds still on a noisy machine where whole-run pairs scatter by 10-30%;
+  it leaves out the one-off costs (start-up, the final checkpoint), which the whole-run figure has;
+* the import + build cost over ``import torch``.
+
+    python benchmarks/overhead.py [--iters 1000 4000] [--repeats 5] [--chunk 200]
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from libai.data import DefaultSampler
+from libai.hooks import Hook
 from libai.runner import Runner
 from libai.testing import ToyDataset, ToyModel
 
@@ -54,7 +61,76 @@ def plain_loop(iters: int) -> tuple[float, dict]:
     return time.perf_counter() - start, model.state_dict()
 
 
-def runner_loop(iters: int, work_dir: str) -> tuple[float, dict]:
+class PlainStepper:
+    """The hand-written loop of ``plain_loop``, advanced ``n`` iterations at a time."""
+
+    def __init__(self) -> None:
+        torch.manual_seed(SEED)
+        self.model = ToyModel(**MODEL)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9)
+        self.sampler = DefaultSampler(ToyDataset(**DATA), shuffle=True, seed=SEED)
+        self.loader = DataLoader(self.sampler.dataset, batch_size=BATCH, sampler=self.sampler)
+        self.model.train()
+        self.epoch = 0
+        self.sampler.set_epoch(0)
+        self.batches = iter(self.loader)
+
+    def run(self, n: int) -> float:
+        model, opt = self.model, self.opt
+        start = time.perf_counter()
+        for _ in range(n):
+            try:
+                batch = next(self.batches)
+            except StopIteration:
+                self.epoch += 1
+                self.sampler.set_epoch(self.epoch)
+                self.batches = iter(self.loader)
+                batch = next(self.batches)
+            loss = model(batch)["loss"]
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return time.perf_counter() - start
+
+
+class Interleave(Hook):
+    """Runs last after every ``chunk``-th Runner iteration: times the Runner's chunk, then
+    advances the plain loop by a chunk. Its per-iteration cost (a call and a modulo) counts
+    against the Runner."""
+
+    priority = "LOWEST"
+
+    def __init__(self, chunk: int, plain: PlainStepper) -> None:
+        self.chunk, self.plain = chunk, plain
+        self.runner_t: list[float] = []
+        self.plain_t: list[float] = []
+        self.last = 0.0
+
+    def before_train(self, runner) -> None:
+        self.last = time.perf_counter()
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        if (runner.iter + 1) % self.chunk == 0:
+            self.runner_t.append(time.perf_counter() - self.last)
+            self.plain_t.append(self.plain.run(self.chunk))
+            self.last = time.perf_counter()
+
+
+def steady_state(iters: int, chunk: int) -> tuple[list[float], bool]:
+    """Per-chunk ratios Runner/plain of one interleaved run, and whether the parameters match."""
+    plain = PlainStepper()
+    probe = Interleave(chunk, plain)
+    with tempfile.TemporaryDirectory() as d:
+        runner = build_runner(iters, d)
+        runner.register_hook(probe)
+        runner.train_loop  # noqa: B018
+        runner.optim_wrapper  # noqa: B018
+        state = runner.train().state_dict()
+    same = all(torch.equal(plain.model.state_dict()[k], state[k]) for k in state)
+    return [r / p for r, p in zip(probe.runner_t, probe.plain_t)], same
+
+
+def build_runner(iters: int, work_dir: str) -> Runner:
     cfg = dict(
         model=dict(type="ToyModel", **MODEL),
         work_dir=work_dir,
@@ -66,7 +142,11 @@ def runner_loop(iters: int, work_dir: str) -> tuple[float, dict]:
         randomness=dict(seed=SEED),
         log_level="WARNING",
     )
-    runner = Runner.from_cfg(cfg)
+    return Runner.from_cfg(cfg)
+
+
+def runner_loop(iters: int, work_dir: str) -> tuple[float, dict]:
+    runner = build_runner(iters, work_dir)
     runner.train_loop  # noqa: B018 - build the data loader outside the timed part, like the plain loop
     runner.optim_wrapper  # noqa: B018
     start = time.perf_counter()
@@ -99,6 +179,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, nargs="+", default=[1000, 4000])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--chunk", type=int, default=200)
     args = parser.parse_args()
     torch.set_num_threads(1)
     logging.getLogger("libai").setLevel(logging.WARNING)
@@ -124,6 +205,13 @@ def main() -> None:
             sys.exit("final parameters differ between the Runner and the plain loop")
     print(f"ratio growth from {args.iters[0]} to {args.iters[-1]} iterations: "
           f"{ratios[-1] / ratios[0]:.3f} (1.0 = flat)")
+    steady, same = steady_state(args.iters[-1], args.chunk)
+    steady = sorted(steady[1:])  # the first chunk holds the warm-up of both
+    print(f"steady state, {len(steady)} interleaved chunks of {args.chunk} iterations: ratio "
+          f"{steady[len(steady) // 2]:.3f} (median; chunks ranged {steady[0]:.3f}-{steady[-1]:.3f})"
+          f"  identical: {same}")
+    if not same:
+        sys.exit("final parameters differ between the Runner and the plain loop")
     torch_s, libai_s = import_cost()
     print(f"import torch: {torch_s:.2f} s; then import libai + build a runner: {libai_s:.2f} s "
           f"more (target: at most 0.5 s)")

@@ -51,14 +51,7 @@ class _RunningSum:
 
     def means(self) -> dict[str, float]:
         """Averages since the last reset, as Python floats (at most one device read)."""
-        per_key: dict[str, list[Any]] = {}
-        for row in self.rows:
-            if isinstance(row, (dict, Mapping)):
-                for key, value in row.items():
-                    bucket = per_key.get(key)
-                    if bucket is None:
-                        bucket = per_key[key] = []
-                    bucket.append(value)
+        per_key = _by_key(self.rows)
         out: dict[str, float] = {}
         on_device: dict[str, torch.Tensor] = {}
         with torch.no_grad():  # a custom train_step may log tensors that require grad
@@ -73,6 +66,28 @@ class _RunningSum:
                 stacked = torch.stack([t.to(device) for t in on_device.values()]).tolist()
                 out.update(zip(on_device, stacked))
         return {key: out[key] for key in per_key}
+
+
+def _by_key(rows: list[Any]) -> dict[str, list[Any]]:
+    """``{key: [its values, in row order]}`` over the dict rows; a key missing from some rows
+    has fewer values."""
+    first = rows[0] if rows else None
+    if type(first) is dict:  # the usual case: every step logs the same keys
+        n = len(first)
+        if all(type(row) is dict and len(row) == n for row in rows):
+            try:
+                return {key: [row[key] for row in rows] for key in first}
+            except KeyError:  # same sizes, other keys
+                pass
+    per_key: dict[str, list[Any]] = {}
+    for row in rows:
+        if isinstance(row, (dict, Mapping)):
+            for key, value in row.items():
+                bucket = per_key.get(key)
+                if bucket is None:
+                    bucket = per_key[key] = []
+                bucket.append(value)
+    return per_key
 
 
 def _cpu_mean(values: list[Any]) -> float | None:
@@ -223,6 +238,12 @@ class LoggerHook(Hook):
         for backend in self.backends:
             backend.open(target, resume_step=resume_step)
         self._opened = True
+
+    def before_save_checkpoint(self, runner: Any, checkpoint: Any = None) -> None:
+        # the scalars on disk then reach every checkpoint a later run may resume from
+        if self._opened:
+            for backend in self.backends:
+                backend.flush()
 
     def _write(self, runner: Any, scalars: dict[str, float], step: int) -> None:
         if runner.rank != 0 or not scalars:

@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import nn
 
-from libai.hooks.hook import STAGES, Hook
+from libai.hooks.hook import STAGES, Hook, get_priority
 from libai.model import compile_model, make_train_step, wrap_ddp
 from libai.model import test_step as default_eval_step
 from libai.registry import RUNNERS
@@ -237,6 +237,16 @@ class Runner(CheckpointMixin):
             method(self, **kwargs)
         if self._hook_generation != Hook.stage_generation:  # a hook disabled a stage
             self._index_hooks()
+
+    def register_hook(self, hook: Any, priority: int | str | None = None) -> None:
+        """Add a built hook (before ``train``/``val``/``test``), placed by its priority after the
+        hooks of equal priority; ``priority`` (a name or an int) overrides the hook's own."""
+        if not isinstance(hook, Hook):
+            raise ConfigError(f"register_hook takes a Hook instance, got {type(hook).__name__}; "
+                              f"build it first, or list its config under custom_hooks.")
+        hook.priority = get_priority(hook.priority if priority is None else priority)
+        self.hooks = sorted([*self.hooks, hook], key=lambda h: h.priority)  # stable: ties keep order
+        self._index_hooks()
 
     def _index_hooks(self) -> None:
         """Per stage, the hooks that act at it and their bound methods, in priority order.

@@ -25,7 +25,7 @@ def _rows(runner, folder="work_dir"):
 
 
 def _jsonl_logger(**kw):
-    kw.setdefault("backends", [dict(type="JsonlBackend")])
+    kw.setdefault("backends", [dict(type="JsonlBackend", flush_secs=0)])  # read mid-run
     kw.setdefault("progress_bar", False)
     kw.setdefault("plot", False)
     return LoggerHook(**kw)
@@ -177,6 +177,48 @@ def test_tensorboard_missing_warns_once(tmp_path, monkeypatch, caplog):
         r.getMessage() for r in caplog.records if "TensorBoard logging is off" in r.getMessage()
     ]
     assert len(warnings) == 1 and "pip install tensorboard" in warnings[0]
+
+
+def test_backends_write_on_flush_checkpoint_and_close(make_runner, run_iters):
+    """Rows wait in memory (flush_secs); a checkpoint save and the end of the run write them."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    hook = LoggerHook(interval=2, progress_bar=False, plot=False,
+                      backends=[dict(type="JsonlBackend", flush_secs=1000),
+                                dict(type="TensorboardBackend", flush_secs=1000)])
+    runner = make_runner(hook, max_iters=8)
+    runner.call_hook("before_run")
+    run_iters(runner, n=4)
+    tb_dir = os.path.join(runner.work_dir, "tensorboard")
+
+    def tb_steps():
+        acc = EventAccumulator(tb_dir)
+        acc.Reload()
+        return [e.step for e in acc.Scalars("train/loss")] if "train/loss" in acc.Tags()["scalars"] else []
+
+    assert _rows(runner) == [] and tb_steps() == []  # logged at steps 2 and 4, still kept
+    runner.call_hook("before_save_checkpoint", checkpoint={})
+    assert [r["step"] for r in _rows(runner)] == [2, 4] and tb_steps() == [2, 4]
+    run_iters(runner, n=2)
+    assert [r["step"] for r in _rows(runner)] == [2, 4]
+    runner.call_hook("after_run")  # also reached by an exception or Ctrl-C: Runner.train's finally
+    assert [r["step"] for r in _rows(runner)] == [2, 4, 6] and tb_steps() == [2, 4, 6]
+
+
+def test_backend_flushes_after_flush_secs(tmp_path, monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(log_backends.time, "monotonic", lambda: clock[0])
+    backend = JsonlBackend(flush_secs=5)
+    backend.open(str(tmp_path))
+    backend.add_scalars({"a": 1.0}, 1)
+    clock[0] += 4.9
+    backend.add_scalars({"a": 2.0}, 2)
+    assert (tmp_path / "scalars.jsonl").read_text() == ""
+    clock[0] += 0.1
+    backend.add_scalars({"a": 3.0}, 3)  # 5 s since the file was opened: all three go out
+    assert [json.loads(line)["step"] for line in (tmp_path / "scalars.jsonl").read_text().splitlines()] == [1, 2, 3]
+    backend.close()
 
 
 def test_jsonl_resume_truncates(tmp_path):

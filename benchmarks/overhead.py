@@ -19,6 +19,7 @@ parameters are identical, then prints:
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import subprocess
 import sys
@@ -45,6 +46,7 @@ def plain_loop(iters: int) -> tuple[float, dict]:
     sampler = DefaultSampler(ToyDataset(**DATA), shuffle=True, seed=SEED)
     loader = DataLoader(sampler.dataset, batch_size=BATCH, sampler=sampler)
     model.train()
+    gc.collect()  # neither side pays for the other's garbage
     start = time.perf_counter()
     done, epoch = 0, 0
     while done < iters:
@@ -125,6 +127,7 @@ def steady_state(iters: int, chunk: int) -> tuple[list[float], bool]:
         runner.register_hook(probe)
         runner.train_loop  # noqa: B018
         runner.optim_wrapper  # noqa: B018
+        gc.collect()
         state = runner.train().state_dict()
     same = all(torch.equal(plain.model.state_dict()[k], state[k]) for k in state)
     return [r / p for r, p in zip(probe.runner_t, probe.plain_t)], same
@@ -149,6 +152,7 @@ def runner_loop(iters: int, work_dir: str) -> tuple[float, dict]:
     runner = build_runner(iters, work_dir)
     runner.train_loop  # noqa: B018 - build the data loader outside the timed part, like the plain loop
     runner.optim_wrapper  # noqa: B018
+    gc.collect()
     start = time.perf_counter()
     model = runner.train()
     return time.perf_counter() - start, model.state_dict()

@@ -17,21 +17,11 @@ from libai.registry import COLLATE_FUNCTIONS
 __all__ = ["default_collate", "pseudo_collate"]
 
 
-@COLLATE_FUNCTIONS.register_module()
-def default_collate(batch: Sequence[Any]) -> Any:
-    """Stack a list of items into tensors, keeping their structure.
-
-    ``[{"inputs": (64,), "labels": ()}] * B`` becomes ``{"inputs": (B, 64), "labels": (B,)}``.
-    Numbers and numpy arrays become tensors, strings become lists. This is
-    ``torch.utils.data.default_collate``; it needs items of equal shapes.
-
-    Args:
-        batch: The items of one batch.
-
-    Returns:
-        The stacked batch.
-    """
-    return _torch_default_collate(batch)
+# ``torch.utils.data.default_collate`` itself, not a wrapper: it runs once per batch.
+# It stacks a list of items into tensors, keeping their structure:
+# ``[{"inputs": (64,), "labels": ()}] * B`` becomes ``{"inputs": (B, 64), "labels": (B,)}``;
+# numbers and numpy arrays become tensors, strings become lists. It needs items of equal shapes.
+default_collate = COLLATE_FUNCTIONS.register_module(name="default_collate", module=_torch_default_collate)
 
 
 @COLLATE_FUNCTIONS.register_module()

@@ -31,6 +31,43 @@ def test_parse_losses_tensor_and_vector_loss():
     assert loss.item() == 3.0
 
 
+def test_parse_losses_single_named_loss_is_detached():
+    w = torch.ones(2, requires_grad=True)
+    loss, logs = parse_losses({"loss_ce": (w * 2).sum()})
+    assert loss.requires_grad and set(logs) == {"loss_ce", "loss"}
+    assert not any(v.requires_grad for v in logs.values()) and logs["loss"].item() == 4.0
+
+
+@pytest.mark.parametrize("kind", ["graph", "named", "view", "leaf"])
+def test_train_step_logs_detached_losses_and_leaves_parameters_alone(kind):
+    """Whatever the loss is (a graph output, a view, the parameter itself), the logged values
+    are detached and the parameters stay trainable."""
+    w = nn.Parameter(torch.tensor(3.0))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = w
+
+        def forward(self, batch):
+            if kind == "leaf":  # the loss is the parameter itself
+                return {"loss": self.w}
+            two = torch.stack([self.w * 2, self.w * 3])
+            if kind == "view":
+                return {"loss": two[0], "aux": two}
+            return {"loss_ce" if kind == "named" else "loss": two.sum(), "aux": two}
+
+    model = Net()
+    logs = train_step(model, {}, OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.0)))
+    assert all(not v.requires_grad and v.grad_fn is None for v in logs.values())
+    assert logs["loss"].item() == {"leaf": 3.0, "view": 6.0}.get(kind, 15.0)
+    if kind == "named":
+        assert logs["loss_ce"].item() == logs["loss"].item()
+    assert w.requires_grad and w.grad is None  # zeroed after the step, still trainable
+    logs2 = train_step(model, {}, OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.0)))
+    assert logs2["loss"].item() == logs["loss"].item()
+
+
 def test_parse_losses_errors_say_what_to_return():
     with pytest.raises(TrainingError, match="none of which contains 'loss'"):
         parse_losses({"logits": torch.zeros(2)})

@@ -181,6 +181,21 @@ def test_a_stage_disabled_during_training_is_no_longer_called(tmp_path):
     assert "ParamSchedulerHook" not in [type(h).__name__ for h in runner._stage_hooks.get("before_train_iter", [])]
 
 
+def test_register_hook_places_a_built_hook_by_priority(tmp_path):
+    runner = make(tmp_path, train_cfg=dict(max_iters=2, val_interval=10))
+    late, early = Recorder(), Recorder()
+    runner.register_hook(late)  # NORMAL: after the NORMAL default hooks
+    runner.register_hook(early, priority="HIGHEST")
+    names = [type(h).__name__ for h in runner.hooks]
+    assert runner.hooks.index(early) < names.index("RuntimeInfoHook")  # HIGHEST (0) < VERY_HIGH
+    assert names.index("IterTimerHook") < runner.hooks.index(late)
+    assert runner.hooks.index(late) < names.index("LoggerHook")  # NORMAL < LOW
+    runner.train()
+    assert late.calls.count("after_train_iter") == 2 and early.calls[0] == "before_run"
+    with pytest.raises(ConfigError, match="register_hook takes a Hook instance.*custom_hooks"):
+        runner.register_hook(dict(type="EMAHook"))
+
+
 def test_custom_loop_selected_by_type(tmp_path):
     @LOOPS.register_module(force=True)
     class CountingLoop(LOOPS.get("IterBasedTrainLoop")):

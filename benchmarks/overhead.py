@@ -5,7 +5,8 @@ Trains the same tiny model on the same data order and seed twice per size: with 
 parameters are identical, then prints:
 
 * the whole-run time ratio Runner/plain for a short and a long run (``--repeats`` back-to-back
-  pairs, the median of the per-pair ratios; the ratio must stay flat as the run grows);
+  pairs, which of the two goes first alternating, the median of the per-pair ratios; the ratio
+  must stay flat as the run grows);
 * the steady-state ratio: one Runner run and one plain loop advanced in alternating chunks of
   ``--chunk`` iterations (a multiple of the log interval, so each chunk holds its log lines),
   the median of the per-chunk ratios. Alternating every ~0.1 s puts both under the same machine
@@ -13,7 +14,7 @@ parameters are identical, then prints:
   it leaves out the one-off costs (start-up, the final checkpoint), which the whole-run figure has;
 * the import + build cost over ``import torch``.
 
-    python benchmarks/overhead.py [--iters 1000 4000] [--repeats 5] [--chunk 200]
+    python benchmarks/overhead.py [--iters 1000 4000] [--repeats 7] [--chunk 200]
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ def import_cost(repeats: int = 5) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, nargs="+", default=[1000, 4000])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--chunk", type=int, default=200)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -191,12 +192,16 @@ def main() -> None:
     ratios = []
     for iters in args.iters:
         plain_t, runner_t = [], []
-        for _ in range(args.repeats):  # interleaved, so drift in machine load hits both
-            t, plain_state = plain_loop(iters)
-            plain_t.append(t)
-            with tempfile.TemporaryDirectory() as d:
-                t, runner_state = runner_loop(iters, d)
-            runner_t.append(t)
+        for i in range(args.repeats):  # interleaved, so drift in machine load hits both
+            # and in turns which one goes first, so neither always runs in the other's wake
+            for which in ("plain", "runner") if i % 2 == 0 else ("runner", "plain"):
+                if which == "plain":
+                    t, plain_state = plain_loop(iters)
+                    plain_t.append(t)
+                else:
+                    with tempfile.TemporaryDirectory() as d:
+                        t, runner_state = runner_loop(iters, d)
+                    runner_t.append(t)
         same = all(torch.equal(plain_state[k], runner_state[k]) for k in plain_state)
         # each repeat runs both back to back: the median of the per-pair ratios cancels the
         # slow drift of a shared machine better than a ratio of separate statistics

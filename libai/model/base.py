@@ -9,7 +9,6 @@ the same default steps for a plain module.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from contextlib import nullcontext
 from functools import partial
 from typing import Any
 
@@ -90,7 +89,7 @@ def parse_losses(outputs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             f"tensor or a dict with at least one '*loss*' entry, e.g. {{'loss': loss}}."
         )
     log_vars: dict[str, torch.Tensor] = {}
-    losses = []
+    loss = total_log = more = None  # the usual single loss entry needs no list
     for key, value in outputs.items():
         if not isinstance(value, torch.Tensor):
             if not isinstance(value, (list, tuple)):
@@ -100,18 +99,25 @@ def parse_losses(outputs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             value = value.mean()
         # the logger keeps these for a whole interval: never a reference into the graph
         if "loss" in key:
-            losses.append(value)
-            log_vars[key] = value.detach()
+            log_vars[key] = detached = value.detach()
+            if loss is None:
+                loss, total_log = value, detached
+            elif more is None:
+                more = [loss, value]
+            else:
+                more.append(value)
         else:
             log_vars[key] = value.detach() if value.requires_grad else value
-    if not losses:
+    if loss is None:
         raise TrainingError(
             f"In train mode the model returned a dict with keys {sorted(outputs)}, none of which "
             f"contains 'loss'. Name the loss entry 'loss' (or 'loss_xxx'; all are summed)."
         )
-    loss = losses[0] if len(losses) == 1 else torch.stack(losses).sum()
-    if len(losses) > 1 or "loss" not in log_vars:
+    if more is not None:
+        loss = torch.stack(more).sum()
         log_vars["loss"] = loss.detach()
+    elif "loss" not in log_vars:  # a single 'loss_xxx' entry: it is the total
+        log_vars["loss"] = total_log
     return loss, log_vars
 
 
@@ -158,18 +164,23 @@ def make_train_step(model: nn.Module, forward: nn.Module | None = None,
     """
     forward = forward if forward is not None else model
     move = _mover(model, True, device)
+    previous: list[Any] = [None]
 
     def step(data: Any, optim_wrapper: Any) -> dict:
         if move is not None:
             data = move(data)
-        context = optim_wrapper.optim_context(forward)
-        if type(context) is nullcontext:  # the usual case: skip entering a context that does nothing
-            outputs = forward(data)
+        if getattr(optim_wrapper, "plain_forward", False) and optim_wrapper.accumulative_counts == 1:
+            outputs = forward(data)  # the usual case: optim_context would be a null context
         else:
-            with context:
+            with optim_wrapper.optim_context(forward):
                 outputs = forward(data)
         loss, log_vars = parse_losses(outputs)
         optim_wrapper.update_params(loss)
+        # Held until the next step has run its forward, as `loss = model(batch)` in a
+        # hand-written loop holds it: this step's graph (its buffers already freed by backward)
+        # keeps autograd's per-parameter gradient accumulators alive, so the next forward
+        # reuses them instead of building and destroying one per parameter every step.
+        previous[0] = loss
         return log_vars
 
     return step

@@ -111,6 +111,9 @@ class OptimWrapper:
         self._after_backward: list[Callable[[], Any]] = []
         self._grad_norm: torch.Tensor | None = None  # kept on device; read lazily in scalars()
         cls = type(self)
+        # optim_context not overridden: with accumulative_counts == 1 the forward needs no
+        # context at all, so a training step may call the model directly (see make_train_step)
+        self.plain_forward = cls.optim_context is OptimWrapper.optim_context
         self._plain_steps = all(  # update_params may then inline them (see there)
             getattr(cls, name) is getattr(OptimWrapper, name)
             for name in ("backward", "_run_backward", "step", "zero_grad")

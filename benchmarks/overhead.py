@@ -40,32 +40,8 @@ MODEL = dict(in_features=16, num_classes=4, hidden=32)
 DATA = dict(num_samples=SAMPLES, in_features=16, num_classes=4, seed=0)
 
 
-def plain_loop(iters: int) -> tuple[float, dict]:
-    torch.manual_seed(SEED)
-    model = ToyModel(**MODEL)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    sampler = DefaultSampler(ToyDataset(**DATA), shuffle=True, seed=SEED)
-    loader = DataLoader(sampler.dataset, batch_size=BATCH, sampler=sampler)
-    model.train()
-    gc.collect()  # neither side pays for the other's garbage
-    start = time.perf_counter()
-    done, epoch = 0, 0
-    while done < iters:
-        sampler.set_epoch(epoch)
-        for batch in loader:
-            loss = model(batch)["loss"]
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            done += 1
-            if done == iters:
-                break
-        epoch += 1
-    return time.perf_counter() - start, model.state_dict()
-
-
 class PlainStepper:
-    """The hand-written loop of ``plain_loop``, advanced ``n`` iterations at a time."""
+    """The hand-written PyTorch loop, advanced ``n`` iterations at a time."""
 
     def __init__(self) -> None:
         torch.manual_seed(SEED)
@@ -94,6 +70,12 @@ class PlainStepper:
             opt.step()
             opt.zero_grad(set_to_none=True)
         return time.perf_counter() - start
+
+
+def plain_loop(iters: int) -> tuple[float, dict]:
+    loop = PlainStepper()
+    gc.collect()  # neither side pays for the other's garbage
+    return loop.run(iters), loop.model.state_dict()
 
 
 class Interleave(Hook):
@@ -214,7 +196,9 @@ def main() -> None:
             sys.exit("final parameters differ between the Runner and the plain loop")
     print(f"ratio growth from {args.iters[0]} to {args.iters[-1]} iterations: "
           f"{ratios[-1] / ratios[0]:.3f} (1.0 = flat)")
-    steady, same = steady_state(args.iters[-1], args.chunk)
+    # a whole number of chunks (at least two), so both sides end after the same iterations
+    steady_iters = max(2, args.iters[-1] // args.chunk) * args.chunk
+    steady, same = steady_state(steady_iters, args.chunk)
     steady = sorted(steady[1:])  # the first chunk holds the warm-up of both
     print(f"steady state, {len(steady)} interleaved chunks of {args.chunk} iterations: ratio "
           f"{steady[len(steady) // 2]:.3f} (median; chunks ranged {steady[0]:.3f}-{steady[-1]:.3f})"

@@ -2,10 +2,8 @@
 
 ``torch.utils.tensorboard.SummaryWriter`` hands every event to a writer thread, which then takes
 the GIL from the training loop to checksum it in Python, a context switch per logged step that
-showed in the training time. Here ``add_scalars`` only keeps the values; every ``flush_secs``, on
-``flush()`` and on close the kept events are encoded, framed and written in the calling thread,
-all in one go (encoding one event between training steps, with cold caches, costs several times
-what it costs in a batch). The file name, the leading
+showed in the training time. Here events are framed in the calling thread into a buffered file,
+flushed every ``flush_secs`` and on close (``TensorboardBackend`` hands them over in batches). The file name, the leading
 ``file_version`` event and the purge marker are those SummaryWriter writes, so TensorBoard reads
 these files exactly like its own.
 
@@ -61,7 +59,7 @@ class EventFileWriter:
         log_dir: Folder of the file (created if missing).
         purge_step: After a resume, the first step this run writes: TensorBoard then hides the
             events an earlier attempt wrote at this step or later. Defaults to None.
-        flush_secs: Longest time added events wait before reaching the file. Defaults to 10.
+        flush_secs: Longest time written events wait in the file buffer. Defaults to 10.
 
     Raises:
         ImportError: the ``tensorboard`` package (its protos) is not installed.
@@ -79,7 +77,6 @@ class EventFileWriter:
         self._file: Any = open(self.path, "wb")  # noqa: SIM115 - closed in close()
         self.flush_secs = flush_secs
         self._flushed_at = time.monotonic()
-        self._pending: list[tuple[float, int, dict[str, float]]] = []
         self._write(Event(wall_time=time.time(), file_version="brain.Event:2"))
         if purge_step is not None:  # what SummaryWriter(purge_step=...) writes
             self._write(Event(step=purge_step, file_version="brain.Event:2"))
@@ -88,7 +85,9 @@ class EventFileWriter:
 
     def add_scalars(self, scalars: dict[str, float], step: int, wall_time: float | None = None) -> None:
         """One event holding every ``{tag: value}`` of ``step`` (what TensorBoard plots)."""
-        self._pending.append((time.time() if wall_time is None else wall_time, int(step), dict(scalars)))
+        values = [self._summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items()]
+        self._write(self._event(wall_time=time.time() if wall_time is None else wall_time,
+                                step=int(step), summary=self._summary(value=values)))
         if time.monotonic() - self._flushed_at >= self.flush_secs:
             self.flush()
 
@@ -99,17 +98,10 @@ class EventFileWriter:
                          + struct.pack("<I", masked_crc32c(data)))
 
     def flush(self) -> None:
-        """Write the kept events and flush the file."""
-        pending, self._pending = self._pending, []
-        event, summary = self._event, self._summary
-        for wall_time, step, scalars in pending:
-            values = [summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items()]
-            self._write(event(wall_time=wall_time, step=step, summary=summary(value=values)))
         self._file.flush()
         self._flushed_at = time.monotonic()
 
     def close(self) -> None:
         if self._file is not None:
-            self.flush()
             self._file.close()
             self._file = None

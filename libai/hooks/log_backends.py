@@ -47,8 +47,40 @@ class BaseLogBackend:
         """Flush and release files."""
 
 
+class _BatchedBackend(BaseLogBackend):
+    """Keeps added rows and writes them together: every ``flush_secs``, on ``flush()`` (before
+    each checkpoint save) and on ``close()`` (the end of the run, also by an exception or
+    Ctrl-C). Written one by one between training steps, with the caches cold, a row costs
+    several times more. Subclasses implement ``_accepts`` and ``_write_rows``."""
+
+    def __init__(self, flush_secs: float) -> None:
+        self.flush_secs = flush_secs
+        self._pending: list[tuple[int, float, dict[str, float]]] = []  # (step, wall time, row)
+        self._flushed_at = time.monotonic()
+
+    def _accepts(self) -> bool:
+        """Whether rows are kept (False: the backend is off and drops them)."""
+        raise NotImplementedError
+
+    def _write_rows(self, rows: list[tuple[int, float, dict[str, float]]]) -> None:
+        raise NotImplementedError
+
+    def add_scalars(self, scalars: dict[str, float], step: int) -> None:
+        if not self._accepts():
+            return
+        self._pending.append((int(step), time.time(), dict(scalars)))
+        if time.monotonic() - self._flushed_at >= self.flush_secs:
+            self.flush()
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if pending:
+            self._write_rows(pending)
+        self._flushed_at = time.monotonic()
+
+
 @LOG_BACKENDS.register_module()
-class JsonlBackend(BaseLogBackend):
+class JsonlBackend(_BatchedBackend):
     """One JSON object per line: ``{"step": 120, "train/loss": 0.43, "train/lr": 0.001}``.
 
     Rows are kept in memory and written every ``flush_secs``, before each checkpoint save and
@@ -64,12 +96,10 @@ class JsonlBackend(BaseLogBackend):
     """
 
     def __init__(self, filename: str = "scalars.jsonl", flush_secs: float = 10) -> None:
+        super().__init__(flush_secs)
         self.filename = filename
-        self.flush_secs = flush_secs
         self.path: str | None = None
         self._file: Any = None
-        self._pending: list[dict[str, Any]] = []
-        self._flushed_at = 0.0
 
     def open(self, log_dir: str, resume_step: int | None = None) -> None:
         self.path = os.path.join(log_dir, self.filename)
@@ -98,21 +128,14 @@ class JsonlBackend(BaseLogBackend):
                 f.writelines(kept)
             os.replace(tmp, path)
 
-    def add_scalars(self, scalars: dict[str, float], step: int) -> None:
+    def _accepts(self) -> bool:
         if self._file is None:
             raise RuntimeError("JsonlBackend.add_scalars called before open()")
-        self._pending.append({"step": int(step), **scalars})
-        if time.monotonic() - self._flushed_at >= self.flush_secs:
-            self.flush()
+        return True
 
-    def flush(self) -> None:
-        if self._file is None:
-            return
-        pending, self._pending = self._pending, []
-        if pending:
-            self._file.write("".join(json.dumps(row) + "\n" for row in pending))
-            self._file.flush()
-        self._flushed_at = time.monotonic()
+    def _write_rows(self, rows: list[tuple[int, float, dict[str, float]]]) -> None:
+        self._file.write("".join(json.dumps({"step": step, **row}) + "\n" for step, _, row in rows))
+        self._file.flush()
 
     def close(self) -> None:
         if self._file is not None:
@@ -125,7 +148,7 @@ _tb_warned = False
 
 
 @LOG_BACKENDS.register_module()
-class TensorboardBackend(BaseLogBackend):
+class TensorboardBackend(_BatchedBackend):
     """TensorBoard event files (``events.out.tfevents.*``) in ``<log dir>/<dirname>``.
 
     Written by libai's own event writer (``_tb_events.EventFileWriter``): the same records as
@@ -144,8 +167,8 @@ class TensorboardBackend(BaseLogBackend):
     """
 
     def __init__(self, dirname: str = "tensorboard", flush_secs: int = 10) -> None:
+        super().__init__(flush_secs)
         self.dirname = dirname
-        self.flush_secs = flush_secs
         self.log_dir: str | None = None
         self._writer: Any = None
 
@@ -155,8 +178,9 @@ class TensorboardBackend(BaseLogBackend):
 
         self.log_dir = os.path.join(log_dir, self.dirname)
         purge = None if resume_step is None else resume_step + 1
+        self._flushed_at = time.monotonic()
         try:
-            self._writer = EventFileWriter(self.log_dir, purge_step=purge, flush_secs=self.flush_secs)
+            self._writer = EventFileWriter(self.log_dir, purge_step=purge)
         except ImportError:
             if not _tb_warned:
                 _tb_warned = True
@@ -165,16 +189,17 @@ class TensorboardBackend(BaseLogBackend):
                     "(pip install tensorboard). Scalars still go to scalars.jsonl."
                 )
 
-    def add_scalars(self, scalars: dict[str, float], step: int) -> None:
-        if self._writer is not None:
-            self._writer.add_scalars(scalars, step)
+    def _accepts(self) -> bool:
+        return self._writer is not None
 
-    def flush(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
+    def _write_rows(self, rows: list[tuple[int, float, dict[str, float]]]) -> None:
+        for step, wall_time, row in rows:
+            self._writer.add_scalars(row, step, wall_time=wall_time)
+        self._writer.flush()
 
     def close(self) -> None:
         if self._writer is not None:
+            self.flush()
             self._writer.close()
             self._writer = None
 

@@ -38,18 +38,26 @@ class _TrainLoop(BaseLoop):
         self.epoch = 0  # the current epoch, 0-based
         self._batch_in_epoch = 0  # batches of the current epoch already consumed
         self._step_done = False  # inside after_train_iter: the optimizer step has happened
+        self._step: Any = None  # (train step function, optim wrapper), held by run()
 
     def _set_epoch(self) -> None:
         sampler = getattr(self.dataloader, "sampler", None)
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(self.epoch)
 
+    def _hold_step(self) -> None:
+        """Look up the step function and optimizer wrapper once per run, not per iteration."""
+        self._step = (self.runner.train_step_fn(), self.runner.optim_wrapper)
+
     def run_iter(self, batch_idx: int, data_batch: Any) -> None:
         runner = self.runner
         hooks = runner.stage_methods  # runner.call_hook(stage, ...), inlined: it runs per iteration
         for method in hooks.get("before_train_iter", ()):
             method(runner, batch_idx=batch_idx, data_batch=data_batch)
-        outputs = runner.run_train_step(data_batch)
+        if self._step is None:  # a custom loop's run() that did not hold it
+            self._hold_step()
+        step, optim_wrapper = self._step
+        outputs = step(data_batch, optim_wrapper)
         self._step_done = True  # a checkpoint taken from now on must count this iteration
         try:
             for method in hooks.get("after_train_iter", ()):
@@ -111,6 +119,7 @@ class IterBasedTrainLoop(_TrainLoop):
         runner.call_hook("before_train")
         runner.call_hook("before_train_epoch")
         runner.model.train()  # the eval loops restore the mode they found
+        self._hold_step()
         val_loop = runner.val_loop  # looked up once: this loop runs every iteration
         if self._data_iter is None and self.iter < stop_at:
             self._set_epoch()
@@ -156,6 +165,7 @@ class EpochBasedTrainLoop(_TrainLoop):
         runner = self.runner
         stop_at = runner.limit_iters(self.max_iters)
         runner.call_hook("before_train")
+        self._hold_step()
         while self.epoch < self.max_epochs and self.iter < stop_at and not runner.should_stop:
             self.run_epoch(stop_at)
             if runner.should_stop and self._batch_in_epoch != 0:

@@ -174,7 +174,22 @@ def make_train_step(model: nn.Module, forward: nn.Module | None = None,
         else:
             with optim_wrapper.optim_context(forward):
                 outputs = forward(data)
-        loss, log_vars = parse_losses(outputs)
+        # parse_losses(outputs), inlined for the usual dict of 0-d tensors with one 'loss'
+        # entry (a call less per step); anything else goes to parse_losses itself
+        loss = None
+        if type(outputs) is dict:
+            log_vars = {}
+            for key, value in outputs.items():
+                if type(value) is not torch.Tensor or value.ndim or (key != "loss" and "loss" in key):
+                    loss = None
+                    break
+                if key == "loss":
+                    loss = value
+                    log_vars[key] = value.detach()
+                else:
+                    log_vars[key] = value.detach() if value.requires_grad else value
+        if loss is None:
+            loss, log_vars = parse_losses(outputs)
         optim_wrapper.update_params(loss)
         # Held until the next step has run its forward, as `loss = model(batch)` in a
         # hand-written loop holds it: this step's graph (its buffers already freed by backward)

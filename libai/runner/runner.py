@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -216,13 +217,18 @@ class Runner(CheckpointMixin):
     # ------------------------------------------------------------------------- steps
     def run_train_step(self, data: Any) -> dict:
         """One training step; the model's own ``train_step`` wins over the default."""
+        return self.train_step_fn()(data, self._optim_wrapper or self.optim_wrapper)
+
+    def train_step_fn(self) -> Callable[[Any, Any], dict]:
+        """What ``run_train_step`` calls: ``step(data, optim_wrapper)`` returning the values to
+        log. The train loops hold it for the run, saving a call per iteration."""
         step = self._train_step
         if step is None:
             own = getattr(self.unwrapped_model, "train_step", None)
             step = partial(own, forward=self.model) if own is not None else make_train_step(
                 self.unwrapped_model, self.model, self.device)
             self._train_step = step
-        return step(data, self._optim_wrapper or self.optim_wrapper)
+        return step
 
     def run_eval_step(self, data: Any) -> Any:
         """One evaluation step; the model's own ``val_step`` wins over the default."""

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from libai.model import BaseModel, parse_losses, to_device, train_step, unwrap_model
+from libai.model import BaseModel, make_train_step, parse_losses, to_device, train_step, unwrap_model
 from libai.optim import OptimWrapper
 from libai.utils.errors import TrainingError
 
@@ -66,6 +66,56 @@ def test_train_step_logs_detached_losses_and_leaves_parameters_alone(kind):
     assert w.requires_grad and w.grad is None  # zeroed after the step, still trainable
     logs2 = train_step(model, {}, OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.0)))
     assert logs2["loss"].item() == logs["loss"].item()
+
+
+_OUTPUTS = {
+    "loss": lambda w: {"loss": w * 2},
+    "loss+acc": lambda w: {"loss": w * 2, "acc": torch.tensor(0.5)},
+    "aux with grad": lambda w: {"loss": w * 2, "aux": w * 3},
+    "vector loss": lambda w: {"loss": torch.stack([w, w * 3])},
+    "two losses": lambda w: {"loss": w * 2, "loss_aux": w + 1},
+    "one named loss": lambda w: {"loss_ce": w * 2, "acc": torch.tensor(1.0)},
+    "text entry": lambda w: {"loss": w * 2, "note": "text"},
+    "tensor": lambda w: w * 2,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_OUTPUTS))
+def test_train_step_parses_like_parse_losses(kind):
+    """The default step parses the usual outputs inline: the same loss and logged values as
+    parse_losses for every shape of output."""
+    w = nn.Parameter(torch.tensor(3.0))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = w
+
+        def forward(self, batch):
+            return _OUTPUTS[kind](self.w)
+
+    class Capture:
+        plain_forward, accumulative_counts = True, 1
+
+        def update_params(self, loss):
+            self.loss = loss
+
+    model, capture = Net(), Capture()
+    logs = make_train_step(model)({}, capture)
+    loss, expected = parse_losses(model({}))
+    assert capture.loss.requires_grad and capture.loss.item() == loss.item()
+    assert logs.keys() == expected.keys()
+    for key, value in logs.items():
+        assert value.item() == expected[key].item() and not value.requires_grad, key
+
+
+def test_train_step_without_a_loss_says_what_to_return():
+    class Net(nn.Module):
+        def forward(self, batch):
+            return {"logits": torch.zeros(())}
+
+    with pytest.raises(TrainingError, match="none of which contains 'loss'"):
+        train_step(Net(), {}, OptimWrapper(torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)))
 
 
 def test_parse_losses_errors_say_what_to_return():

@@ -7,14 +7,17 @@ parameters are identical, then prints:
 * the whole-run time ratio Runner/plain for a short and a long run (``--repeats`` back-to-back
   pairs, which of the two goes first alternating, the median of the per-pair ratios; the ratio
   must stay flat as the run grows);
-* the steady-state ratio: one Runner run and one plain loop advanced in alternating chunks of
+* the steady-state ratio: a Runner run and a plain loop advanced in alternating chunks of
   ``--chunk`` iterations (a multiple of the log interval, so each chunk holds its log lines),
-  the median of the per-chunk ratios. Alternating every ~0.1 s puts both under the same machine
-  load, so this figure holds still on a noisy machine where whole-run pairs scatter by 10-30%;
-  it leaves out the one-off costs (start-up, the final checkpoint), which the whole-run figure has;
+  the median of the per-chunk ratios over ``--pairs`` such pairs, each built afresh (one pair
+  alone moves by +-2% with where its tensors happen to live). Alternating every ~0.1 s puts both
+  under the same machine load, so this figure holds still on a noisy machine where whole-run
+  pairs scatter by 10-30%; it leaves out the one-off costs (start-up, the final checkpoint),
+  which the whole-run figure has, and times the chunks from a log backend, which the logger calls every 50 iterations anyway;
 * the import + build cost over ``import torch``.
 
-    python benchmarks/overhead.py [--iters 1000 4000] [--repeats 7] [--chunk 200]
+    python benchmarks/overhead.py [--iters 1000 4000] [--repeats 7] [--chunk 200] [--pairs 5]
+                                  [--import-repeats 5]
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from libai.data import DefaultSampler
-from libai.hooks import Hook
+from libai.hooks import LoggerHook
+from libai.hooks.log_backends import BaseLogBackend
 from libai.runner import Runner
 from libai.testing import ToyDataset, ToyModel
 
@@ -78,42 +82,41 @@ def plain_loop(iters: int) -> tuple[float, dict]:
     return loop.run(iters), loop.model.state_dict()
 
 
-class Interleave(Hook):
-    """Runs last after every ``chunk``-th Runner iteration: times the Runner's chunk, then
-    advances the plain loop by a chunk. Its per-iteration cost (a call and a modulo) counts
-    against the Runner."""
-
-    priority = "LOWEST"
+class ChunkProbe(BaseLogBackend):
+    """A log backend (the logger calls it every 50 iterations, never in between) that, at every
+    ``chunk``-th iteration, times the Runner's last chunk and then advances the plain loop by a
+    chunk. Being a backend, it adds no per-iteration call to the Runner it times."""
 
     def __init__(self, chunk: int, plain: PlainStepper) -> None:
         self.chunk, self.plain = chunk, plain
         self.runner_t: list[float] = []
         self.plain_t: list[float] = []
-        self.last = 0.0
+        self.last: float | None = None
 
-    def before_train(self, runner) -> None:
-        self.last = time.perf_counter()
-
-    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
-        if (runner.iter + 1) % self.chunk == 0:
+    def add_scalars(self, scalars: dict, step: int) -> None:
+        if step % self.chunk:
+            return
+        if self.last is not None:  # from the second boundary on: the chunk since the last
             self.runner_t.append(time.perf_counter() - self.last)
-            self.plain_t.append(self.plain.run(self.chunk))
-            self.last = time.perf_counter()
+        self.plain_t.append(self.plain.run(self.chunk))
+        self.last = time.perf_counter()
 
 
 def steady_state(iters: int, chunk: int) -> tuple[list[float], bool]:
-    """Per-chunk ratios Runner/plain of one interleaved run, and whether the parameters match."""
+    """Per-chunk ratios Runner/plain of one interleaved run (the first chunk, which holds both
+    warm-ups, left out), and whether the parameters match."""
     plain = PlainStepper()
-    probe = Interleave(chunk, plain)
+    probe = ChunkProbe(chunk, plain)
     with tempfile.TemporaryDirectory() as d:
         runner = build_runner(iters, d)
-        runner.register_hook(probe)
+        logger = next(h for h in runner.hooks if isinstance(h, LoggerHook))
+        logger.backends.append(probe)
         runner.train_loop  # noqa: B018
         runner.optim_wrapper  # noqa: B018
         gc.collect()
         state = runner.train().state_dict()
     same = all(torch.equal(plain.model.state_dict()[k], state[k]) for k in state)
-    return [r / p for r, p in zip(probe.runner_t, probe.plain_t)], same
+    return [r / p for r, p in zip(probe.runner_t, probe.plain_t[1:])], same
 
 
 def build_runner(iters: int, work_dir: str) -> Runner:
@@ -167,6 +170,8 @@ def main() -> None:
     parser.add_argument("--iters", type=int, nargs="+", default=[1000, 4000])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--chunk", type=int, default=200)
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--import-repeats", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(1)
     logging.getLogger("libai").setLevel(logging.WARNING)
@@ -198,14 +203,18 @@ def main() -> None:
           f"{ratios[-1] / ratios[0]:.3f} (1.0 = flat)")
     # a whole number of chunks (at least two), so both sides end after the same iterations
     steady_iters = max(2, args.iters[-1] // args.chunk) * args.chunk
-    steady, same = steady_state(steady_iters, args.chunk)
-    steady = sorted(steady[1:])  # the first chunk holds the warm-up of both
-    print(f"steady state, {len(steady)} interleaved chunks of {args.chunk} iterations: ratio "
-          f"{steady[len(steady) // 2]:.3f} (median; chunks ranged {steady[0]:.3f}-{steady[-1]:.3f})"
-          f"  identical: {same}")
-    if not same:
-        sys.exit("final parameters differ between the Runner and the plain loop")
-    torch_s, libai_s = import_cost()
+    steady, pair_medians = [], []
+    for _ in range(args.pairs):
+        ratios, same = steady_state(steady_iters, args.chunk)
+        if not same:
+            sys.exit("final parameters differ between the Runner and the plain loop")
+        steady += ratios
+        pair_medians.append(sorted(ratios)[len(ratios) // 2])
+    steady.sort()
+    print(f"steady state, {args.pairs} pairs x {len(steady) // args.pairs} interleaved chunks of "
+          f"{args.chunk} iterations: ratio {steady[len(steady) // 2]:.3f} (median; pairs' medians "
+          f"ranged {min(pair_medians):.3f}-{max(pair_medians):.3f})  identical: True")
+    torch_s, libai_s = import_cost(args.import_repeats)
     print(f"import torch: {torch_s:.2f} s; then import libai + build a runner: {libai_s:.2f} s "
           f"more (target: at most 0.5 s)")
 

@@ -1,0 +1,24 @@
+"""The overhead benchmark still runs, and still finds the Runner's parameters identical to the
+hand-written loop's (a short run: the figures themselves are not checked here)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "overhead.py"
+
+
+def test_overhead_benchmark_runs_and_finds_identical_parameters():
+    out = subprocess.run(
+        [sys.executable, str(BENCH), "--iters", "100", "200", "--repeats", "1", "--chunk", "50",
+         "--pairs", "1", "--import-repeats", "1"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = re.findall(r"^\s+(\d+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+(\w+)", out.stdout, re.M)
+    assert [(int(n), same) for n, _, same in rows] == [(100, "True"), (200, "True")], out.stdout
+    steady = re.search(r"steady state, 1 pairs x 3 interleaved chunks .* ratio ([\d.]+).*"
+                       r"identical: True", out.stdout)
+    assert steady and float(steady.group(1)) > 0, out.stdout
+    assert re.search(r"import libai \+ build a runner: [\d.]+ s more", out.stdout), out.stdout

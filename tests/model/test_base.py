@@ -6,7 +6,14 @@ import pytest
 import torch
 from torch import nn
 
-from libai.model import BaseModel, make_train_step, parse_losses, to_device, train_step, unwrap_model
+from libai.model import (
+    BaseModel,
+    make_train_step,
+    parse_losses,
+    to_device,
+    train_step,
+    unwrap_model,
+)
 from libai.optim import OptimWrapper
 from libai.utils.errors import TrainingError
 
@@ -38,26 +45,34 @@ def test_parse_losses_single_named_loss_is_detached():
     assert not any(v.requires_grad for v in logs.values()) and logs["loss"].item() == 4.0
 
 
-@pytest.mark.parametrize("kind", ["graph", "named", "view", "leaf"])
-def test_train_step_logs_detached_losses_and_leaves_parameters_alone(kind):
-    """Whatever the loss is (a graph output, a view, the parameter itself), the logged values
-    are detached and the parameters stay trainable."""
-    w = nn.Parameter(torch.tensor(3.0))
+def _net(outputs):
+    """A module with one parameter ``w`` (3.0) whose forward returns ``outputs(w)``."""
 
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
-            self.w = w
+            self.w = nn.Parameter(torch.tensor(3.0))
 
         def forward(self, batch):
-            if kind == "leaf":  # the loss is the parameter itself
-                return {"loss": self.w}
-            two = torch.stack([self.w * 2, self.w * 3])
-            if kind == "view":
-                return {"loss": two[0], "aux": two}
-            return {"loss_ce" if kind == "named" else "loss": two.sum(), "aux": two}
+            return outputs(self.w)
 
-    model = Net()
+    return Net()
+
+
+@pytest.mark.parametrize("kind", ["graph", "named", "view", "leaf"])
+def test_train_step_logs_detached_losses_and_leaves_parameters_alone(kind):
+    """Whatever the loss is (a graph output, a view, the parameter itself), the logged values
+    are detached and the parameters stay trainable."""
+    def outputs(w):
+        if kind == "leaf":  # the loss is the parameter itself
+            return {"loss": w}
+        two = torch.stack([w * 2, w * 3])
+        if kind == "view":
+            return {"loss": two[0], "aux": two}
+        return {"loss_ce" if kind == "named" else "loss": two.sum(), "aux": two}
+
+    model = _net(outputs)
+    w = model.w
     logs = train_step(model, {}, OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.0)))
     assert all(not v.requires_grad and v.grad_fn is None for v in logs.values())
     assert logs["loss"].item() == {"leaf": 3.0, "view": 6.0}.get(kind, 15.0)
@@ -84,23 +99,13 @@ _OUTPUTS = {
 def test_train_step_parses_like_parse_losses(kind):
     """The default step parses the usual outputs inline: the same loss and logged values as
     parse_losses for every shape of output."""
-    w = nn.Parameter(torch.tensor(3.0))
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = w
-
-        def forward(self, batch):
-            return _OUTPUTS[kind](self.w)
-
     class Capture:
         plain_forward, accumulative_counts = True, 1
 
         def update_params(self, loss):
             self.loss = loss
 
-    model, capture = Net(), Capture()
+    model, capture = _net(_OUTPUTS[kind]), Capture()
     logs = make_train_step(model)({}, capture)
     loss, expected = parse_losses(model({}))
     assert capture.loss.requires_grad and capture.loss.item() == loss.item()

@@ -84,6 +84,10 @@ class Config(MutableMapping):
     def __getitem__(self, key: Any) -> Any:
         return self._cfg_dict[key]
 
+    def get(self, key: Any, default: Any = None) -> Any:
+        # the dict's own get: Mapping.get would build a missing key's did-you-mean message
+        return self._cfg_dict.get(key, default)
+
     def __setitem__(self, key: Any, value: Any) -> None:
         self._cfg_dict[key] = value
 

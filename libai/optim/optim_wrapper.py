@@ -26,6 +26,8 @@ from libai.utils.errors import CheckpointError, ConfigError
 from libai.utils.suggest import did_you_mean
 
 _NO_CONTEXT = nullcontext()
+_TORCH_ZERO_GRAD = torch.optim.Optimizer.zero_grad
+_profiler_enabled = torch._C._autograd._profiler_enabled
 
 __all__ = ["OptimWrapper"]
 
@@ -66,6 +68,23 @@ def _parse_clip_grad(clip_grad: Mapping | None) -> tuple[str, dict[str, Any]] | 
             f"e.g. dict(type={kind!r}, {required}=1.0)."
         )
     return kind, args
+
+
+def _zero_grad(optimizer: torch.optim.Optimizer, set_to_none: bool = True) -> None:
+    """``optimizer.zero_grad(set_to_none)``, done directly where that is all torch would do.
+
+    torch's own ``zero_grad(set_to_none=True)`` sets each ``.grad`` to None inside a profiler
+    label that costs ~10 us per call on a CPU, a few percent of a small model's step. Unless the
+    optimizer overrides ``zero_grad`` or a profiler is recording (and wants the label), the
+    gradients are reset here as the PyTorch tuning guide suggests: ``p.grad = None``.
+    """
+    if (set_to_none and type(optimizer).zero_grad is _TORCH_ZERO_GRAD
+            and "zero_grad" not in optimizer.__dict__ and not _profiler_enabled()):
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                p.grad = None
+    else:
+        optimizer.zero_grad(set_to_none=set_to_none)
 
 
 def _check_count(name: str, value: Any, minimum: int) -> int:
@@ -207,7 +226,7 @@ class OptimWrapper:
             if self._clip is not None:
                 self._clip_grads()
             self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            _zero_grad(self.optimizer)
             return
         divisor = self._divisor(count)
         self.backward(loss / divisor if divisor != 1 else loss)
@@ -254,7 +273,7 @@ class OptimWrapper:
         Args:
             set_to_none: Set gradients to None instead of zero tensors. Defaults to True.
         """
-        self.optimizer.zero_grad(set_to_none=set_to_none)
+        _zero_grad(self.optimizer, set_to_none)
 
     def _clip_grads(self) -> None:
         if self._clip is None:

@@ -249,3 +249,54 @@ def test_load_plain_optimizer_state_dict_and_resume_warning():
     )
     with pytest.warns(UserWarning, match="inside a gradient accumulation window"):
         other.initialize_count_status(other_model, 4, 10)
+
+
+def _one_update(wrapper: OptimWrapper, model: nn.Module) -> None:
+    x, y = _data(B)
+    wrapper.update_params(_loss(model, x, y))
+
+
+def test_zero_grad_resets_to_none_and_matches_torch():
+    """The wrapper resets gradients itself (cheaper than torch's zero_grad): same parameters
+    as a loop calling ``optimizer.zero_grad()``, and every ``.grad`` is None afterwards."""
+    model, ref = _model(), _model()
+    wrapper = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    x, y = _data(5 * B)
+    for i in range(5):
+        wrapper.update_params(_loss(model, x[i * B:(i + 1) * B], y[i * B:(i + 1) * B]))
+        _loss(ref, x[i * B:(i + 1) * B], y[i * B:(i + 1) * B]).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        assert all(p.grad is None for p in model.parameters())
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert torch.equal(p, q)
+    _loss(model, *_data(B)).backward()
+    wrapper.zero_grad(set_to_none=False)  # asked for zeros: torch's own zero_grad does it
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
+
+
+def test_zero_grad_defers_to_an_overriding_optimizer():
+    calls = []
+
+    class Counting(torch.optim.SGD):
+        def zero_grad(self, set_to_none: bool = True) -> None:
+            calls.append(set_to_none)
+            super().zero_grad(set_to_none)
+
+    model = _model()
+    _one_update(OptimWrapper(Counting(model.parameters(), lr=0.1)), model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt.zero_grad = lambda set_to_none=True: calls.append("instance")  # patched on the object
+    _one_update(OptimWrapper(opt), model)
+    assert calls == [True, "instance"]
+    assert all(p.grad is not None for p in model.parameters())  # the patch did not reset them
+
+
+def test_zero_grad_keeps_torch_profiler_label():
+    model = _model()
+    wrapper = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        _one_update(wrapper, model)
+    assert any("zero_grad" in e.name for e in prof.events())
+    assert all(p.grad is None for p in model.parameters())

@@ -6,13 +6,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "overhead.py"
 
 
-def test_overhead_benchmark_runs_and_finds_identical_parameters():
+@pytest.mark.parametrize("flags", [[], ["--plain-grad-none"]])
+def test_overhead_benchmark_runs_and_finds_identical_parameters(flags):
     out = subprocess.run(
         [sys.executable, str(BENCH), "--iters", "100", "200", "--repeats", "1", "--chunk", "50",
-         "--pairs", "1", "--import-repeats", "1"],
+         "--pairs", "1", "--import-repeats", "1", *flags],
         capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 0, out.stderr[-2000:]

@@ -37,12 +37,9 @@ def main(argv=None):
         hooks.append(dict(type="DumpPredictionsHook", path=args.dump))
         cfg.custom_hooks = hooks
     runner = Runner.from_cfg(cfg)
-    try:
-        metrics = runner.test()
-        runner.logger.info("Test metrics: " + "  ".join(f"{k}: {v:.4f}" for k, v in metrics.items()))
-    finally:
-        destroy_dist()
+    metrics = runner.test()
+    runner.logger.info("Test metrics: " + "  ".join(f"{k}: {v:.4f}" for k, v in metrics.items()))
 
 
 if __name__ == "__main__":
-    run_cli(main)
+    run_cli(main, teardown=destroy_dist)  # once main has returned: the runner is released

@@ -53,13 +53,10 @@ def main(argv=None):
     if args.load_from:
         cfg.load_from = args.load_from
     runner = Runner.from_cfg(cfg, fast_dev_run=args.fast_dev_run)
-    try:
-        runner.train()
-        if runner.test_loop is not None and not args.fast_dev_run:
-            runner.test()
-    finally:
-        destroy_dist()
+    runner.train()
+    if runner.test_loop is not None and not args.fast_dev_run:
+        runner.test()
 
 
 if __name__ == "__main__":
-    run_cli(main)
+    run_cli(main, teardown=destroy_dist)  # once main has returned: the runner is released

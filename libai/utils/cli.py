@@ -25,7 +25,9 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
 
 def run_cli(
-    main_fn: Callable[[list[str]], int | None], argv: Sequence[str] | None = None
+    main_fn: Callable[[list[str]], int | None],
+    argv: Sequence[str] | None = None,
+    teardown: Callable[[], None] | None = None,
 ) -> NoReturn:
     """Run ``main_fn(argv)`` and exit with its status.
 
@@ -36,6 +38,9 @@ def run_cli(
         main_fn: The tool's main function; returns an exit status, or None for 0.
         argv: Command-line arguments without the program name. Defaults to None
             (``sys.argv[1:]``).
+        teardown: Called last, also after an error, e.g. ``destroy_dist``. After a reported
+            error it runs once the exception is released, so nothing ``main_fn`` built is
+            still held by its traceback. Defaults to None.
 
     Raises:
         SystemExit: Always: the status of ``main_fn``, 2 after a ``LibaiError``, 130 after
@@ -43,16 +48,24 @@ def run_cli(
         LibaiError: With ``--debug``, instead of the short message.
     """
     args = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in args
     try:
-        status = main_fn(args)
+        status = _call(main_fn, args)
+    finally:
+        if teardown is not None:
+            teardown()
+    sys.exit(status)
+
+
+def _call(main_fn: Callable[[list[str]], int | None], args: list[str]) -> int:
+    """``main_fn(args)``'s exit status; a LibaiError or Ctrl-C is reported in one line."""
+    try:
+        return main_fn(args) or 0
     except LibaiError as e:
-        if debug:
+        if "--debug" in args:
             raise
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(EXIT_USER_ERROR)
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("interrupted (Ctrl-C). Checkpoints written so far are complete; continue a "
               "training run with --resume.", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
-    sys.exit(status or 0)
+        return EXIT_INTERRUPTED

@@ -7,6 +7,8 @@ and :func:`init_dist` was called, or when the caller set up the process group it
 from __future__ import annotations
 
 import datetime
+import gc
+import importlib
 import os
 from typing import Any
 
@@ -47,13 +49,25 @@ def init_dist(backend: str | None = None, timeout_s: int = 1800) -> None:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(get_local_rank())
+    # torch.distributed.nn.functional takes ``group.WORLD`` as a default argument. Imported
+    # after init (DDP imports it), it would hold the default group for good, so the group's
+    # worker threads would outlive destroy_dist and could abort the interpreter's exit
+    # ("terminate called without an active exception"). Imported now, the default is None.
+    importlib.import_module("torch.distributed.nn.functional")
+
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def destroy_dist() -> None:
     """Leave the process group; ranks first wait for each other, so none tears down the
-    communication while another still uses it."""
+    communication while another still uses it.
+
+    Call it once the runner is released: a DistributedDataParallel model holds the group, and
+    the group's worker threads are joined only when its last holder is gone. Threads left for
+    the interpreter's exit can abort it while they release a finished collective.
+    """
     if is_distributed():
+        gc.collect()  # a released runner sits in reference cycles, and holds the group
         try:
             dist.barrier()
         finally:

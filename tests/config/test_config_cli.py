@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,49 @@ def test_run_cli_lets_bugs_show_their_traceback():
 
     with pytest.raises(ValueError, match="bug"):
         run_cli(buggy, argv=[])
+
+
+class _Built:
+    """Stands for a runner: what main builds, in a reference cycle as a runner is."""
+
+    def __init__(self):
+        self.me = self
+
+
+def _build_then(outcome, built):
+    def main(argv):
+        obj = _Built()
+        built.append(weakref.ref(obj))
+        if outcome is not None:
+            raise outcome("stop")
+        return 0
+
+    return main
+
+
+@pytest.mark.parametrize(
+    "outcome, status",
+    [(None, 0), (ConfigError, 2), (KeyboardInterrupt, 130)],
+    ids=["success", "libai-error", "ctrl-c"],
+)
+def test_run_cli_teardown_runs_last_once_main_releases_what_it_built(outcome, status):
+    built, seen_by_teardown = [], []
+
+    def teardown():
+        gc.collect()  # as destroy_dist does: the cycle goes once nothing else holds it
+        seen_by_teardown.append(built[0]() is None)
+
+    with pytest.raises(SystemExit) as info:
+        run_cli(_build_then(outcome, built), argv=[], teardown=teardown)
+    assert info.value.code == status
+    assert seen_by_teardown == [True]
+
+
+def test_run_cli_teardown_runs_after_a_bug_too():
+    calls = []
+    with pytest.raises(ValueError):
+        run_cli(_build_then(ValueError, []), argv=[], teardown=lambda: calls.append(1))
+    assert calls == [1]
 
 
 def _print_config(*args: str) -> subprocess.CompletedProcess:

@@ -8,7 +8,7 @@ from .collate import default_collate, pseudo_collate
 from .digits import DigitsDataset, load_digits_array
 from .loader import build_dataloader, dataloader_len, seed_worker, worker_seed
 from .sampler import DefaultSampler
-from .seeded import SeededDataset, sample_seed
+from .seeded import SampleKey, SeededDataset, sample_seed
 from .transforms import Compose, RandomNoise, RandomShift, build_transform
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "DigitsDataset",
     "RandomNoise",
     "RandomShift",
+    "SampleKey",
     "SeededDataset",
     "build_dataloader",
     "build_transform",

@@ -171,7 +171,8 @@ def build_dataloader(
     not seed numpy).
 
     If the sampler has ``seed_per_sample=True``, the dataset is wrapped in
-    :class:`~libai.data.SeededDataset` (unless it already is one).
+    :class:`~libai.data.SeededDataset`, unless it already is one or takes the sampler's
+    :class:`~libai.data.SampleKey` itself (``dataset.takes_sample_keys``).
 
     Args:
         cfg: The data loader config; keys listed in this module's docstring.
@@ -201,7 +202,11 @@ def build_dataloader(
         dataset = DATASETS.build(dataset, path=f"{path}.dataset")
     sampler_seed = dist.broadcast_object(seed) if diff_rank_seed else seed
     sampler = _build_sampler(cfg.get("sampler"), dataset, sampler_seed, rank, world_size, path)
-    if getattr(sampler, "seed_per_sample", False) and not isinstance(dataset, SeededDataset):
+    if (
+        getattr(sampler, "seed_per_sample", False)
+        and not isinstance(dataset, SeededDataset)
+        and not getattr(dataset, "takes_sample_keys", False)
+    ):
         dataset = SeededDataset(dataset)
 
     num_workers = cfg.get("num_workers", 0)

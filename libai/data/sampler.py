@@ -15,7 +15,7 @@ from libai.registry import DATA_SAMPLERS
 from libai.utils import dist
 from libai.utils.errors import DataError
 
-from .seeded import sample_seed
+from .seeded import SampleKey, sample_seed
 
 __all__ = ["DefaultSampler"]
 
@@ -51,8 +51,9 @@ class DefaultSampler(Sampler):
         round_up: Pad so that every rank gets the same number of indices. Defaults to True.
         rank: This process's rank. Defaults to None: ``libai.utils.dist.get_rank()``.
         world_size: The number of ranks. Defaults to None: ``libai.utils.dist.get_world_size()``.
-        seed_per_sample: Yield ``(index, sample_seed(seed, epoch, index))`` pairs instead of
-            indices, for :class:`~libai.data.SeededDataset` (see ``libai/data/seeded.py``).
+        seed_per_sample: Yield ``SampleKey(index, sample_seed(seed, epoch, index), epoch)``
+            instead of indices, for :class:`~libai.data.SeededDataset` or a dataset that takes
+            such keys itself (see ``libai/data/seeded.py``).
             Defaults to False.
 
     Example::
@@ -133,7 +134,7 @@ class DefaultSampler(Sampler):
         indices = self.rank_indices()[start:]
         if self.seed_per_sample:
             seed, epoch = self.seed, self.epoch
-            return ((i, sample_seed(seed, epoch, i)) for i in indices)
+            return (SampleKey(i, sample_seed(seed, epoch, i), epoch) for i in indices)
         return iter(indices)
 
     def __len__(self) -> int:

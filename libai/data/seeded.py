@@ -6,9 +6,11 @@ loaded before. Resuming in the middle of an epoch (``DefaultSampler.skip``) shif
 and the resumed run sees different augmentations than the uninterrupted one would have.
 
 Per-sample seeding removes that dependence. ``DefaultSampler(seed_per_sample=True)`` yields
-``(index, sample_seed)`` pairs instead of plain indices, and :class:`SeededDataset` loads the
-sample with python, numpy and torch's global RNGs seeded from ``sample_seed`` (restoring them
-afterwards). A sample's augmentation is then a pure function of (sampler seed, epoch, index),
+:class:`SampleKey` ``(index, seed, epoch)`` tuples instead of plain indices, and
+:class:`SeededDataset` loads the sample with python, numpy and torch's global RNGs seeded from
+``seed`` (restoring them afterwards). A dataset that draws its randomness from a private generator
+(the text datasets) takes the keys itself: it sets ``takes_sample_keys = True`` and
+``build_dataloader`` does not wrap it. A sample's augmentation is then a pure function of (sampler seed, epoch, index),
 whatever the number of workers, ranks or skipped samples. ``build_dataloader`` wraps the dataset
 in :class:`SeededDataset` by itself when the sampler asks for it.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -25,7 +27,7 @@ from torch.utils.data import Dataset
 
 from libai.registry import DATASETS
 
-__all__ = ["SeededDataset", "sample_seed"]
+__all__ = ["SampleKey", "SeededDataset", "sample_seed"]
 
 
 def sample_seed(seed: int, epoch: int, index: int) -> int:
@@ -44,6 +46,18 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
         An int in ``[0, 2**32)``.
     """
     return int(np.random.SeedSequence([seed % 2**63, epoch, index]).generate_state(1)[0])
+
+
+class SampleKey(NamedTuple):
+    """What a per-sample-seeded sampler yields: the dataset index, its seed and the epoch.
+
+    ``seed`` is ``sample_seed(sampler seed, epoch, index)``; ``epoch`` is there for datasets whose
+    layout changes per epoch (the GPT dataset packs documents in a new order each epoch).
+    """
+
+    index: int
+    seed: int
+    epoch: int
 
 
 class _RngScope:
@@ -68,7 +82,7 @@ class _RngScope:
 
 @DATASETS.register_module()
 class SeededDataset(Dataset):
-    """Wraps a dataset so that an ``(index, seed)`` key loads the item under that seed.
+    """Wraps a dataset so that a :class:`SampleKey` loads the item under the key's seed.
 
     A plain integer key passes straight through (no seeding), so the wrapper is harmless with
     samplers that yield indices. Attribute access falls through to the wrapped dataset
@@ -88,11 +102,10 @@ class SeededDataset(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, key: int | tuple[int, int]) -> Any:
+    def __getitem__(self, key: int | SampleKey) -> Any:
         if isinstance(key, tuple):
-            index, seed = key
-            with _RngScope(seed):
-                return self.dataset[index]
+            with _RngScope(key[1]):
+                return self.dataset[key[0]]
         return self.dataset[key]
 
     def __getattr__(self, name: str) -> Any:

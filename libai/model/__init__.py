@@ -1,6 +1,13 @@
-"""The model contract: any nn.Module; BaseModel and step functions. See docs/design.md."""
+"""Models: the contract, the building blocks, the architectures.
 
-from .base import (
+- ``contract.py``: what any ``nn.Module`` must do to train (BaseModel, step functions). See
+  docs/design.md.
+- ``wrappers.py``: DDP and graph mode (torch.compile) around a model.
+- ``layers/``: transformer building blocks (attention, MLP, embeddings, heads, init helpers).
+- ``zoo/``: architectures built from them (the digits MLP, BERT, GPT-2), registered in MODELS.
+"""
+
+from .contract import (
     BaseModel,
     DataPreprocessor,
     make_train_step,
@@ -11,7 +18,7 @@ from .base import (
     unwrap_model,
     val_step,
 )
-from .classifiers import DigitsMLP, MLPClassifier
+from .zoo.mlp import DigitsMLP, MLPClassifier
 from .wrappers import compile_model, wrap_ddp
 
 __all__ = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from libai.model.classifiers import MLPClassifier
+from libai.model.zoo.mlp import MLPClassifier
 from libai.registry import MODELS
 
 __all__ = ["ToyModel"]

@@ -141,9 +141,9 @@ def test_bad_arguments():
 def test_seed_per_sample_pairs():
     s = DefaultSampler(range(8), seed=5, rank=0, world_size=1, seed_per_sample=True)
     s.set_epoch(2)
-    pairs = order(s)
-    assert [i for i, _ in pairs] == s.rank_indices()
-    assert all(seed == sample_seed(5, 2, i) for i, seed in pairs)
+    keys = order(s)
+    assert [k.index for k in keys] == s.rank_indices()
+    assert all(k.seed == sample_seed(5, 2, k.index) and k.epoch == 2 for k in keys)
 
 
 class NoisyDataset(CountingDataset):

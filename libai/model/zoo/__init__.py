@@ -1,0 +1,5 @@
+"""Architectures, each one file, registered in ``MODELS``."""
+
+from .mlp import DigitsMLP, MLPClassifier
+
+__all__ = ["DigitsMLP", "MLPClassifier"]

@@ -5,7 +5,16 @@ See docs/metrics.md for the metric contract and the built-in metrics.
 
 from .base_metric import BaseMetric, lookup_key, nan_with_warning, to_numpy
 from .evaluator import Evaluator, build_evaluator
-from .metrics import AUC, GAUC, Accuracy, MeanSquaredError, Perplexity, binary_auc, grouped_auc
+from .metrics import (
+    AUC,
+    GAUC,
+    Accuracy,
+    MeanSquaredError,
+    Perplexity,
+    TokenAccuracy,
+    binary_auc,
+    grouped_auc,
+)
 
 __all__ = [
     "AUC",
@@ -15,6 +24,7 @@ __all__ = [
     "Evaluator",
     "MeanSquaredError",
     "Perplexity",
+    "TokenAccuracy",
     "binary_auc",
     "build_evaluator",
     "grouped_auc",

@@ -19,6 +19,7 @@ __all__ = [
     "build_eval_sets",
     "build_loop",
     "build_hooks",
+    "check_model_fits_data",
 ]
 
 # Every key a runner config may have, with what it is for (printed when a key is unknown).
@@ -81,6 +82,35 @@ def build_loader(cfg: Any, section: str, seed: int, world_size: int, rank: int, 
         return cfg
     return build_dataloader(cfg, seed=seed, world_size=world_size, rank=rank,
                             diff_rank_seed=diff_rank_seed, path=section)
+
+
+def check_model_fits_data(model: nn.Module, loader: Any, section: str) -> None:
+    """Refuse a model whose vocabulary or length does not fit the data, before any step runs.
+
+    A text dataset states ``metainfo["vocab_size"]`` (its tokenizer's) and
+    ``metainfo["max_seq_length"]``; a text model has ``vocab_size`` and
+    ``max_position_embeddings``. Where both sides say, they must agree: ids beyond the
+    embedding table would fail deep inside the first forward, and a sequence beyond the position
+    table likewise.
+    """
+    meta = getattr(getattr(loader, "dataset", None), "metainfo", None)
+    if not isinstance(meta, dict):
+        return
+    data_vocab, model_vocab = meta.get("vocab_size"), getattr(model, "vocab_size", None)
+    if isinstance(data_vocab, int) and isinstance(model_vocab, int) and data_vocab != model_vocab:
+        source = meta.get("tokenizer") or "its tokenizer"
+        raise ConfigError(
+            f"model.vocab_size={model_vocab} but the tokenizer of {section}.dataset ({source}) "
+            f"has {data_vocab} tokens: set model.vocab_size={data_vocab}, or give the dataset a "
+            f"tokenizer of {model_vocab} tokens."
+        )
+    length, positions = meta.get("max_seq_length"), getattr(model, "max_position_embeddings", None)
+    if isinstance(length, int) and isinstance(positions, int) and length > positions:
+        raise ConfigError(
+            f"{section}.dataset makes sequences of {length} tokens but the model has only "
+            f"max_position_embeddings={positions}: shorten the dataset's sequence length or raise "
+            f"model.max_position_embeddings to at least {length}."
+        )
 
 
 def _is_multi(loader_cfg: Any) -> bool:

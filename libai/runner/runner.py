@@ -161,7 +161,9 @@ class Runner(CheckpointMixin):
         return self._loops[stage]
 
     def _build_loader(self, cfg: Any, section: str) -> Any:
-        return build.build_loader(cfg, section, self.seed, self.world_size, self.rank, self._diff_rank_seed)
+        loader = build.build_loader(cfg, section, self.seed, self.world_size, self.rank, self._diff_rank_seed)
+        build.check_model_fits_data(self.unwrapped_model, loader, section)
+        return loader
 
     @property
     def optim_wrapper(self) -> Any:

@@ -15,6 +15,7 @@ from libai.evaluator import (
     Accuracy,
     MeanSquaredError,
     Perplexity,
+    TokenAccuracy,
     binary_auc,
 )
 from libai.utils.errors import ConfigError, DataError
@@ -209,3 +210,43 @@ def test_perplexity_from_model_sums_and_bfloat16_logits():
 def test_perplexity_rejects_wrong_shapes():
     with pytest.raises(DataError, match=r"\(B, T, V\)"):
         Perplexity().process({"labels": torch.zeros(2, 3)}, {"logits": torch.zeros(2, 5)})
+
+
+# -------------------------------------------------------------------------- TokenAccuracy
+def test_token_accuracy_counts_only_target_positions():
+    g = torch.Generator().manual_seed(13)
+    logits = torch.randn(5, 7, 11, generator=g)
+    labels = torch.randint(0, 11, (5, 7), generator=g)
+    labels[:, :3] = logits[:, :3].argmax(-1)  # three hits per row at least
+    labels[1, 4:] = -100
+    labels[2, :] = -100  # a sequence without targets adds nothing
+    batches = [({"labels": labels[s]}, {"logits": logits[s]}) for s in split(5, 3)]
+    res = run(TokenAccuracy(prefix="mlm"), batches)
+    valid = labels != -100
+    expected = ((logits.argmax(-1) == labels) & valid).sum().item() / valid.sum().item()
+    assert res == {"mlm/accuracy": pytest.approx(expected)}
+
+
+def test_token_accuracy_from_model_counts_equals_from_logits():
+    g = torch.Generator().manual_seed(14)
+    logits = torch.randn(4, 6, 9, generator=g)
+    labels = torch.randint(0, 9, (4, 6), generator=g)
+    labels[0, 2:] = -100
+    valid = labels != -100
+    counts = {
+        "num_correct": ((logits.argmax(-1) == labels) & valid).sum(1),
+        "num_tokens": valid.sum(1),
+    }
+    from_counts = run(TokenAccuracy(), [({}, counts)])
+    from_logits = run(TokenAccuracy(), [({"labels": labels}, {"logits": logits})])
+    assert from_counts == from_logits
+
+
+def test_token_accuracy_bad_input():
+    with pytest.raises(DataError, match=r"\(B, T, V\)"):
+        TokenAccuracy().process({"labels": torch.zeros(2, 3)}, {"logits": torch.zeros(2, 5)})
+    with pytest.raises(DataError, match="one per sequence"):
+        TokenAccuracy().process({}, {"num_correct": torch.zeros(2), "num_tokens": torch.ones(3)})
+    with pytest.warns(RuntimeWarning, match="no target tokens"):
+        assert math.isnan(run(TokenAccuracy(), [({}, {"num_correct": torch.zeros(2),
+                                                      "num_tokens": torch.zeros(2)})])["accuracy"])

@@ -344,3 +344,31 @@ def test_resume_from_a_periodic_checkpoint_saved_inside_an_iteration(tmp_path, l
     assert resumed.iter == n
     for key, value in straight.state_dict().items():
         assert torch.equal(model.state_dict()[key], value), key
+
+
+class _TextLikeDataset(ToyDataset):
+    def __init__(self):
+        super().__init__()
+        self.metainfo = {"vocab_size": 100, "max_seq_length": 64, "tokenizer": "vocab.txt"}
+
+
+def test_model_and_data_must_agree_on_vocabulary_and_length(tmp_path):
+    class TextLikeModel(ToyModel):
+        def __init__(self, vocab_size, max_position_embeddings):
+            super().__init__()
+            self.vocab_size, self.max_position_embeddings = vocab_size, max_position_embeddings
+
+    def loader(**kw):
+        return dict(dataset=_TextLikeDataset(), batch_size=4)
+
+    runner = make(tmp_path, model=TextLikeModel(120, 512), train_dataloader=loader())
+    with pytest.raises(ConfigError) as exc:
+        runner.train_loop
+    assert str(exc.value).startswith(
+        "model.vocab_size=120 but the tokenizer of train_dataloader.dataset (vocab.txt) has 100 "
+        "tokens: set model.vocab_size=100")
+    runner = make(tmp_path, model=TextLikeModel(100, 32), train_dataloader=loader())
+    with pytest.raises(ConfigError, match="sequences of 64 tokens but the model has only "
+                                          "max_position_embeddings=32"):
+        runner.train_loop
+    make(tmp_path, model=TextLikeModel(100, 64), train_dataloader=loader()).train_loop

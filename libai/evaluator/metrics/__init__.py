@@ -4,6 +4,7 @@ from .accuracy import Accuracy
 from .auc import AUC, GAUC, binary_auc, grouped_auc
 from .perplexity import Perplexity
 from .regression import MeanSquaredError
+from .token_accuracy import TokenAccuracy
 
 __all__ = [
     "Accuracy",
@@ -11,6 +12,7 @@ __all__ = [
     "GAUC",
     "MeanSquaredError",
     "Perplexity",
+    "TokenAccuracy",
     "binary_auc",
     "grouped_auc",
 ]

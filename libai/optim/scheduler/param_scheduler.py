@@ -18,6 +18,7 @@ The ParamSchedulerHook calls :func:`apply_schedulers` before every training iter
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -76,6 +77,16 @@ class ParamScheduler:
         self._epoch_length = epoch_length
         self.begin = self._to_iters(begin, "begin")
         self.end = self._to_iters(end, "end") if end is not None else max_iters
+        if end is None and self.end is not None and self.end <= self.begin:
+            # A shortened run (max_iters below a shipped warm-up): the window that would run
+            # until the end of training starts after it, so it never acts. Training still works.
+            warnings.warn(
+                f"{type(self).__name__} begins at iteration {self.begin} but training ends at "
+                f"{self.end}: it never applies in this run. Lower its 'begin' (or the warm-up "
+                f"before it) to use it.",
+                stacklevel=2,
+            )
+            self.end = self.begin + 1
         if self.end is not None and self.end <= self.begin:
             raise ConfigError(
                 f"{type(self).__name__}: the window [begin, end) is empty (begin={self.begin}, "

@@ -1,0 +1,35 @@
+# BERT-tiny (2 layers, hidden 128, 2 heads, as Turc et al., 2019) pretrained from scratch on the
+# built-in Shakespeare (masked LM + next sentence), sequences of 128 tokens, an 8,192-token
+# WordPiece vocabulary. Trains on 2 CPU cores in a few minutes:
+#   python tools/train.py configs/bert_tiny.py
+#   python tools/test.py configs/bert_tiny.py work_dirs/bert_tiny/iter_3000.pth
+_base_ = [
+    "_base_/models/bert.py",
+    "_base_/datasets/shakespeare_bert.py",
+    "_base_/schedules/bert_adamw_linear.py",
+    "_base_/default_runtime.py",
+]
+_vocab_size = 8192  # the tokenizer is trained to exactly this size; the model must match it
+_seq = 128
+_data = dict(dataset=dict(corpus=dict(tokenizer=dict(vocab_size=_vocab_size)), max_seq_length=_seq))
+train_dataloader = _data
+val_dataloader = _data
+test_dataloader = _data
+
+model = dict(
+    vocab_size=_vocab_size,
+    hidden_size=128,
+    num_layers=2,
+    num_heads=2,
+    ffn_hidden_size=512,
+    max_position_embeddings=_seq,
+)
+# a small model on little data learns faster with a larger rate and a short warm-up
+optim_wrapper = dict(optimizer=dict(lr=1e-3))
+param_scheduler = [
+    dict(type="LinearLR", start_factor=1e-3, begin=0, end=200),
+    dict(type="PolyLR", power=1.0, eta_min=0.0, begin=200),
+]
+train_cfg = dict(max_iters=3000, val_interval=1000)
+default_hooks = dict(checkpoint=dict(interval=1000))
+work_dir = "work_dirs/bert_tiny"

@@ -18,17 +18,28 @@ from .contract import (
     unwrap_model,
     val_step,
 )
-from .zoo.mlp import DigitsMLP, MLPClassifier
 from .wrappers import compile_model, wrap_ddp
+from .zoo.bert import BertForPreTraining, BertForSequenceClassification, BertModel
+from .zoo.gpt import GPTForCausalLM, GPTModel
+from .zoo.hf import from_hf_pretrained, load_hf_pretrained, save_hf_pretrained
+from .zoo.mlp import DigitsMLP, MLPClassifier
 
 __all__ = [
     "BaseModel",
+    "BertForPreTraining",
+    "BertForSequenceClassification",
+    "BertModel",
     "DataPreprocessor",
     "DigitsMLP",
+    "GPTForCausalLM",
+    "GPTModel",
     "MLPClassifier",
     "compile_model",
+    "from_hf_pretrained",
+    "load_hf_pretrained",
     "make_train_step",
     "parse_losses",
+    "save_hf_pretrained",
     "test_step",
     "to_device",
     "train_step",

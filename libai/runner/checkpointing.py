@@ -155,11 +155,20 @@ class CheckpointMixin:
         return out
 
     def load_checkpoint(self, path: str, strict: bool = True, remap: Any = None) -> Any:
-        """Load model weights only (``load_from``); returns the load report."""
-        from libai.checkpoint import load_checkpoint, load_model_state
+        """Load model weights only (``load_from``); returns the load report.
 
-        ckpt = load_checkpoint(path)
-        weights = ckpt.get("state_dict", ckpt)
+        ``path`` is a libai checkpoint, or a Hugging Face folder (``config.json`` + weights) of a
+        BERT or GPT-2 model: its weights are converted to this model's names first, after
+        checking that the folder's model type and dimensions match the built model.
+        """
+        from libai.checkpoint import load_checkpoint, load_model_state
+        from libai.model.zoo.hf import hf_state_dict_for, is_hf_folder
+
+        if is_hf_folder(path):
+            weights = hf_state_dict_for(self.unwrapped_model, path)
+        else:
+            ckpt = load_checkpoint(path)
+            weights = ckpt.get("state_dict", ckpt)
         report = load_model_state(self.unwrapped_model, weights, strict=strict, remap=remap)
         self.logger.info(f"Loaded weights from {path}" + (f"\n{report}" if str(report) else ""))
         return report

@@ -1,5 +1,15 @@
-"""Architectures, each one file, registered in ``MODELS``."""
+"""Architectures, each one file, registered in ``MODELS``; ``hf.py`` converts Hugging Face weights."""
 
+from .bert import BertForPreTraining, BertForSequenceClassification, BertModel
+from .gpt import GPTForCausalLM, GPTModel
 from .mlp import DigitsMLP, MLPClassifier
 
-__all__ = ["DigitsMLP", "MLPClassifier"]
+__all__ = [
+    "BertForPreTraining",
+    "BertForSequenceClassification",
+    "BertModel",
+    "DigitsMLP",
+    "GPTForCausalLM",
+    "GPTModel",
+    "MLPClassifier",
+]

@@ -1,0 +1,25 @@
+"""Transformer building blocks: attention, MLP, embeddings, the block, heads and init helpers."""
+
+from .attention import KVCache, SelfAttention, key_padding_mask
+from .block import TransformerBlock
+from .embedding import TransformerEmbeddings
+from .heads import MaskedLMHead, Pooler, TiedLMHead, lm_token_stats
+from .init import init_transformer_weights, scale_residual_projections
+from .mlp import ACTIVATIONS, MLP, get_activation
+
+__all__ = [
+    "ACTIVATIONS",
+    "KVCache",
+    "MLP",
+    "MaskedLMHead",
+    "Pooler",
+    "SelfAttention",
+    "TiedLMHead",
+    "TransformerBlock",
+    "TransformerEmbeddings",
+    "get_activation",
+    "init_transformer_weights",
+    "key_padding_mask",
+    "lm_token_stats",
+    "scale_residual_projections",
+]

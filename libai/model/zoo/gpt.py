@@ -1,0 +1,209 @@
+"""GPT-2: Radford et al. 2019, "Language Models are Unsupervised Multitask Learners".
+
+The math follows OpenAI's GPT-2 as Hugging Face's ``GPT2LMHeadModel`` implements it (their weights
+load with equal logits; ``libai.model.zoo.hf`` maps the names): learned absolute positions, pre-LN
+blocks with causal attention, a final LayerNorm, the LM head tied to the word embeddings without
+a bias, the tanh-approximated GELU, and GPT-2's init (N(0, 0.02), the residual output projections
+scaled by 1/sqrt(2 * num_layers)). Where it differs: q/k/v are three Linear layers (Hugging Face
+keeps one fused ``c_attn`` Conv1D with transposed weights; the converter splits it), and the
+labels come already shifted by the dataset (``labels[t]`` is the token after ``input_ids[t]``).
+
+Batch: ``input_ids`` (B, S) long and ``labels`` (B, S) long, -100 where nothing is predicted.
+Train mode: ``{"loss"}`` (mean cross-entropy over the predicted tokens). Eval mode: ``{"loss",
+"nll_sum" (B,), "num_tokens" (B,), "num_correct" (B,)}``, or ``{"logits" (B, S, V)}`` when the
+batch has no labels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from libai.registry import MODELS
+from libai.utils.errors import DataError
+
+from ..layers import (
+    KVCache,
+    TiedLMHead,
+    TransformerBlock,
+    TransformerEmbeddings,
+    init_transformer_weights,
+    lm_token_stats,
+    scale_residual_projections,
+)
+
+__all__ = ["GPTForCausalLM", "GPTModel"]
+
+
+@MODELS.register_module()
+class GPTModel(nn.Module):
+    """The GPT-2 decoder stack without the LM head.
+
+    Called with tensors: ``model(input_ids (B, S), kv_caches=None) -> hidden (B, S, H)``, after
+    the final LayerNorm. With ``kv_caches`` (one :class:`KVCache` per block, see
+    :meth:`new_kv_caches`) the positions continue after the cached ones.
+
+    Args:
+        vocab_size: Tokens. Defaults to 50257.
+        hidden_size: Model width H. Defaults to 768.
+        num_layers: Transformer blocks. Defaults to 12.
+        num_heads: Attention heads; must divide ``hidden_size``. Defaults to 12.
+        ffn_hidden_size: MLP inner width; None means 4 * hidden_size. Defaults to None.
+        max_position_embeddings: Longest context. Defaults to 1024.
+        hidden_dropout: Dropout on embeddings and sub-layer outputs. Defaults to 0.1.
+        attention_dropout: Dropout on attention probabilities. Defaults to 0.1.
+        activation: MLP activation: "gelu_tanh", "gelu" or "relu". Defaults to "gelu_tanh".
+        layer_norm_eps: LayerNorm epsilon. Defaults to 1e-5.
+        init_std: Std of the normal init. Defaults to 0.02.
+    """
+
+    hf_model_type = "gpt2"
+
+    def __init__(self, vocab_size: int = 50257, hidden_size: int = 768, num_layers: int = 12,
+                 num_heads: int = 12, ffn_hidden_size: int | None = None,
+                 max_position_embeddings: int = 1024, hidden_dropout: float = 0.1,
+                 attention_dropout: float = 0.1, activation: str = "gelu_tanh",
+                 layer_norm_eps: float = 1e-5, init_std: float = 0.02) -> None:
+        config = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        super().__init__()
+        self.config = config  # the arguments, for export and checks (libai.model.zoo.hf)
+        self.vocab_size, self.max_position_embeddings = vocab_size, max_position_embeddings
+        self.num_heads, self.init_std = num_heads, init_std
+        self.embeddings = TransformerEmbeddings(vocab_size, hidden_size, max_position_embeddings,
+                                                dropout=hidden_dropout)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(hidden_size, num_heads, ffn_hidden_size or 4 * hidden_size,
+                             hidden_dropout, attention_dropout, activation, layer_norm_eps,
+                             pre_norm=True)
+            for _ in range(num_layers))
+        self.final_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """(Re)initialise every parameter with GPT-2's scheme (see ``layers/init.py``)."""
+        init_transformer_weights(self, self.init_std)
+        scale_residual_projections(self.blocks, self.init_std, len(self.blocks))
+
+    def new_kv_caches(self, batch_size: int) -> list[KVCache]:
+        """Empty caches, one per block, for up to ``max_position_embeddings`` positions."""
+        w = self.embeddings.word_embeddings.weight
+        head_dim = w.shape[1] // self.num_heads
+        return [KVCache(batch_size, self.num_heads, head_dim, self.max_position_embeddings,
+                        w.device, w.dtype) for _ in self.blocks]
+
+    def forward(self, input_ids: torch.Tensor,
+                kv_caches: list[KVCache] | None = None) -> torch.Tensor:
+        start = kv_caches[0].length if kv_caches else 0
+        h = self.embeddings(input_ids, start_pos=start)  # (B, S, H)
+        for i, block in enumerate(self.blocks):
+            h = block(h, is_causal=True, kv_cache=kv_caches[i] if kv_caches else None)
+        return self.final_norm(h)  # (B, S, H)
+
+
+@MODELS.register_module()
+class GPTForCausalLM(nn.Module):
+    """GPT-2 with its tied LM head, the training losses and :meth:`generate`.
+
+    Args: as :class:`GPTModel`.
+    """
+
+    hf_model_type = "gpt2"
+
+    def __init__(self, vocab_size: int = 50257, hidden_size: int = 768, num_layers: int = 12,
+                 num_heads: int = 12, ffn_hidden_size: int | None = None,
+                 max_position_embeddings: int = 1024, hidden_dropout: float = 0.1,
+                 attention_dropout: float = 0.1, activation: str = "gelu_tanh",
+                 layer_norm_eps: float = 1e-5, init_std: float = 0.02) -> None:
+        config = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        super().__init__()
+        self.config = config
+        self.transformer = GPTModel(**config)
+        self.vocab_size, self.max_position_embeddings = vocab_size, max_position_embeddings
+        self.lm_head = TiedLMHead()
+
+    def init_weights(self) -> None:
+        """(Re)initialise every parameter with GPT-2's scheme."""
+        self.transformer.init_weights()
+
+    def logits(self, input_ids: torch.Tensor,
+               kv_caches: list[KVCache] | None = None) -> torch.Tensor:
+        """Next-token logits (B, S, V) for every position of ``input_ids`` (B, S)."""
+        h = self.transformer(input_ids, kv_caches)  # (B, S, H)
+        return self.lm_head(h, self.transformer.embeddings.word_embeddings.weight)  # (B, S, V)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        logits = self.logits(batch["input_ids"])  # (B, S, V)
+        labels = batch.get("labels")
+        if self.training:
+            if labels is None:
+                raise DataError("GPTForCausalLM needs 'labels' (B, S) in a training batch: the "
+                                "next token of each position, -100 where nothing is predicted")
+            return {"loss": F.cross_entropy(logits.flatten(0, 1), labels.flatten())}
+        if labels is None:
+            return {"logits": logits}
+        out = lm_token_stats(logits, labels)
+        out["loss"] = out["nll_sum"].sum() / out["num_tokens"].sum().clamp(min=1)
+        return out
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None, top_p: float | None = None, do_sample: bool = False,
+                 eos_token_id: int | None = None,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """Continue ``input_ids`` (B, S) by up to ``max_new_tokens`` tokens; returns (B, S + n).
+
+        Decodes with a KV cache. The context is cropped to the last ``max_position_embeddings``
+        tokens; once a sequence is that long, each step recomputes the cropped window (positions
+        are absolute, so the cache cannot slide). Call in eval mode for deterministic outputs.
+
+        Args:
+            input_ids: Prompt token ids, long.
+            max_new_tokens: Most tokens to add.
+            temperature: Divides the logits before sampling. Defaults to 1.0.
+            top_k: Sample among the k most likely tokens only. Defaults to None.
+            top_p: Sample among the smallest set of tokens whose probability reaches p
+                (nucleus sampling). Defaults to None.
+            do_sample: Sample; False picks the most likely token (greedy). Defaults to False.
+            eos_token_id: A sequence that produced it gets it again thereafter; generation
+                stops early once every sequence has. Defaults to None.
+            generator: Random source for sampling (reproducible runs). Defaults to None.
+        """
+        ids, limit = input_ids, self.max_position_embeddings
+        caches: list[KVCache] | None = None
+        done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)  # (B,)
+        for _ in range(max_new_tokens):
+            if caches is None or caches[0].length >= limit:  # (re)fill from the cropped context
+                caches = self.transformer.new_kv_caches(ids.shape[0])
+                logits = self.logits(ids[:, -limit:], caches)[:, -1]  # (B, V)
+            else:
+                logits = self.logits(ids[:, -1:], caches)[:, -1]  # (B, V)
+            token = _next_token(logits.float(), temperature, top_k, top_p, do_sample, generator)
+            if eos_token_id is not None:
+                token = token.masked_fill(done, eos_token_id)
+                done = done | (token == eos_token_id)
+            ids = torch.cat([ids, token[:, None]], dim=1)  # (B, S + 1)
+            if eos_token_id is not None and bool(done.all()):
+                break
+        return ids
+
+
+def _next_token(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
+                do_sample: bool, generator: Any) -> torch.Tensor:
+    """Pick one token per row of ``logits`` (B, V): argmax, or a sample after the filters."""
+    if not do_sample:
+        return logits.argmax(-1)  # (B,)
+    logits = logits / max(temperature, 1e-5)
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
+        probs = sorted_logits.softmax(-1)
+        # drop a token when the tokens ranked above it already reach top_p (the first stays)
+        drop = probs.cumsum(-1) - probs >= top_p
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    probs = logits.softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]  # (B,)

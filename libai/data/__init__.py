@@ -9,12 +9,15 @@ from .digits import DigitsDataset, load_digits_array
 from .loader import build_dataloader, dataloader_len, seed_worker, worker_seed
 from .sampler import DefaultSampler
 from .seeded import SampleKey, SeededDataset, sample_seed
+from .text import BertPretrainingDataset, GPTDataset
 from .transforms import Compose, RandomNoise, RandomShift, build_transform
 
 __all__ = [
+    "BertPretrainingDataset",
     "Compose",
     "DefaultSampler",
     "DigitsDataset",
+    "GPTDataset",
     "RandomNoise",
     "RandomShift",
     "SampleKey",

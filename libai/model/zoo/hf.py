@@ -97,28 +97,34 @@ def read_hf_folder(folder: str | os.PathLike) -> tuple[dict[str, Any], State]:
 
 
 def _read_weights(path: str) -> State:
-    if path.endswith(".index.json"):
-        with open(path) as f:
-            shards = sorted(set(json.load(f)["weight_map"].values()))
-        state: State = {}
-        for shard in shards:
-            state.update(_read_weights(os.path.join(os.path.dirname(path), shard)))
-        return state
     try:
+        if path.endswith(".index.json"):  # sharded: the index maps each key to its shard file
+            with open(path) as f:
+                shards = sorted(set(json.load(f)["weight_map"].values()))
+            state: State = {}
+            for shard in shards:
+                state.update(_read_weights(os.path.join(os.path.dirname(path), shard)))
+            return state
         if path.endswith(".safetensors"):
-            return dict(_safetensors().load_file(path))
+            st = _safetensors()
+            try:
+                return dict(st.torch.load_file(path))
+            except st.SafetensorError as e:
+                raise ValueError(str(e)) from e
         return torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, ValueError) as e:  # also safetensors' SafetensorError
+    except (OSError, RuntimeError, ValueError, KeyError) as e:
         raise CheckpointError(f"cannot read weights from {path}: {e}") from e
 
 
 def _safetensors() -> Any:
+    """The ``safetensors`` package (with ``safetensors.torch`` loaded), an optional dependency."""
     try:
+        import safetensors
         import safetensors.torch
     except ImportError as e:
         raise CheckpointError("reading/writing model.safetensors needs the safetensors package: "
                               "pip install safetensors") from e
-    return safetensors.torch
+    return safetensors
 
 
 # ----------------------------------------------------------------------------- HF -> libai
@@ -145,9 +151,10 @@ def hf_to_libai(config: dict[str, Any], hf_state: State,
             f"model_type {model_type!r} in config.json is not supported: libai converts "
             f"{sorted(_SHAPE_ARGS)}.{did_you_mean(str(model_type), _SHAPE_ARGS)}")
     state = {_old_norm_name(k): v for k, v in hf_state.items() if not k.endswith(_IGNORED_SUFFIXES)}
-    if model_type == "bert":
-        return _bert_from_hf(config, state, target)
-    return _gpt2_from_hf(config, state, target)
+    try:
+        return (_bert_from_hf if model_type == "bert" else _gpt2_from_hf)(config, state, target)
+    except KeyError as e:  # a dimension the config must give
+        raise CheckpointError(f"config.json of this {model_type} model lacks {e}") from e
 
 
 def _old_norm_name(key: str) -> str:  # checkpoints converted from TensorFlow BERT
@@ -162,9 +169,9 @@ def _act(config: dict[str, Any], key: str, default: str) -> str:
     return _ACT_FROM_HF[name]
 
 
-def _refuse(config: dict[str, Any], **unsupported: Any) -> None:
+def _refuse(config: dict[str, Any], **unsupported: bool) -> None:
     for key, bad in unsupported.items():
-        if config.get(key, None if bad is not None else "") == bad:
+        if config.get(key) is bad:
             raise CheckpointError(f"config.json has {key}={bad!r}, which libai's "
                                   f"{config['model_type']} model does not implement")
 
@@ -363,7 +370,7 @@ def save_hf_pretrained(model: nn.Module, folder: str | os.PathLike) -> None:
         CheckpointError: No Hugging Face equivalent, safetensors missing, or the write failed.
     """
     config, state = libai_to_hf(model)
-    st, folder = _safetensors(), os.fspath(folder)
+    st, folder = _safetensors().torch, os.fspath(folder)
     try:
         os.makedirs(folder, exist_ok=True)
         weights, tmp = os.path.join(folder, "model.safetensors"), os.path.join(folder, ".model.tmp")
@@ -437,7 +444,10 @@ def hf_state_dict_for(model: nn.Module, folder: str | os.PathLike) -> State:
             + f"load a {kind} folder")
     cfg, state = hf_to_libai(config, raw, target=name)
     ours, theirs = _dims(model.config), _dims(cfg)
-    diff = [k for k in _SHAPE_ARGS[kind] if ours.get(k) != theirs.get(k)]
+    # an unset GPT-2 ffn_hidden_size on both sides follows hidden_size: not a difference of its own
+    derived = model.config.get("ffn_hidden_size") is None and cfg.get("ffn_hidden_size") is None
+    diff = [k for k in _SHAPE_ARGS[kind] if ours.get(k) != theirs.get(k)
+            and not (derived and k == "ffn_hidden_size")]
     if diff:
         raise CheckpointError(
             f"{where} has {', '.join(f'{k}={theirs[k]!r}' for k in diff)} but {name} was built "

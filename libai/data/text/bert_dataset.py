@@ -214,7 +214,6 @@ class BertPretrainingDataset(Dataset):
         self.docs = self.corpus.split_documents(split, split_ratios)  # (n,) sorted doc ids
         doc_offsets = np.asarray(self.tokens.doc_offsets)
         self.doc_sentences = np.stack([doc_offsets[self.docs], doc_offsets[self.docs + 1]], 1)
-        self.cum = np.asarray(self.tokens.sentence_offsets)  # (num_sentences + 1,)
         rng = np.random.default_rng([self.seed, 0x5EB])  # the mapping's own stream
         first, end = self.doc_sentences[:, 0], self.doc_sentences[:, 1]
         chunks = _chunk_documents(self.cum, first, end, self.budget, short_seq_prob, rng)
@@ -263,6 +262,12 @@ class BertPretrainingDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.samples)
+
+    @property
+    def cum(self) -> np.ndarray:
+        """(num_sentences + 1,) token offset of each sentence: the corpus memmap, which
+        pickles as its path (an array copy would send the whole index to each worker)."""
+        return self.tokens.sentence_offsets
 
     # ------------------------------------------------------------------ segments
     def _read(self, start: int, stop: int) -> np.ndarray:

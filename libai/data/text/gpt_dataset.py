@@ -26,6 +26,7 @@ from torch.utils.data import Dataset
 from libai.registry import DATASETS
 from libai.utils.errors import ConfigError, DataError
 
+from ..seeded import sample_seed
 from .corpus import TextCorpus
 
 __all__ = ["GPTDataset", "resolve_corpus"]
@@ -66,8 +67,6 @@ def key_parts(key: Any, seed: int) -> tuple[int, int, int]:
     """``(index, sample seed, epoch)`` of a :class:`SampleKey` or a plain index (epoch 0)."""
     if isinstance(key, tuple):
         return int(key[0]), int(key[1]), int(key[2])
-    from libai.data.seeded import sample_seed
-
     return int(key), sample_seed(seed, 0, int(key)), 0
 
 

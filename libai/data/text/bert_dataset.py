@@ -161,6 +161,10 @@ class BertPretrainingDataset(Dataset):
         ``mlm_labels`` (P,) their original ids, -100 in padding slots; ``next_sentence_label``
         () 0 = real next / in order, 1 = random / swapped (absent when ``next_sentence`` is None).
 
+    Attributes:
+        metainfo: ``vocab_size`` and ``max_seq_length`` (the engine checks them against the
+            model), ``tokenizer`` (its source) and ``corpus`` (its name).
+
     Raises:
         ConfigError: a bad argument value, or a corpus whose tokenizer is not WordPiece.
         DataError: an unknown or empty split, or a split with no usable chunk.

@@ -97,6 +97,10 @@ class GPTDataset(Dataset):
         ``input_ids`` (S,) int64 and ``labels`` (S,) int64, S = ``seq_length``; the last block
         of an epoch pads inputs with ``eod_id`` and labels with -100.
 
+    Attributes:
+        metainfo: ``vocab_size`` and ``max_seq_length`` (the engine checks them against the
+            model), ``tokenizer`` (its source) and ``corpus`` (its name).
+
     Raises:
         ConfigError: a bad ``seq_length`` or ``seed``, or ``corpus`` of the wrong type.
         DataError: an unknown or empty split, or a split of fewer than two tokens.

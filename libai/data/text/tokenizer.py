@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -215,7 +215,7 @@ class TextTokenizer:
     @classmethod
     def train(
         cls,
-        texts: Iterable[str],
+        texts: Iterable[str] | Callable[[], Iterable[str]],
         kind: str,
         vocab_size: int,
         lowercase: bool = True,
@@ -224,11 +224,13 @@ class TextTokenizer:
     ) -> TextTokenizer:
         """Train a tokenizer on ``texts`` (an iterable of strings; read once, streaming).
 
-        The result is deterministic for a given text: WordPiece ids are renumbered in a fixed
-        order (``tokenizers`` numbers them differently from run to run).
+        The result is deterministic for a given text (see :func:`_train_wordpiece` for how,
+        since ``tokenizers``' own WordPiece training is not).
 
         Args:
-            texts: The training text, e.g. one line per item.
+            texts: The training text, e.g. one line per item: an iterable, or a callable that
+                returns a fresh one. WordPiece reads it twice: a one-shot iterator is kept in
+                memory for that, a callable or a list is not copied.
             kind: "wordpiece" (BERT) or "bpe" (GPT-2 byte-level BPE).
             vocab_size: The exact vocabulary size wanted, special tokens included. When the
                 text yields fewer tokens, unused special tokens fill the rest.
@@ -244,17 +246,15 @@ class TextTokenizer:
         kind = _check_kind(kind)
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
             raise ConfigError(f"tokenizer vocab_size must be a positive int, got {vocab_size!r}.")
+        if callable(texts):
+            read = texts
+        elif iter(texts) is texts:  # a one-shot iterator: WordPiece needs two passes
+            kept = list(texts)
+            read = lambda: kept  # noqa: E731
+        else:
+            read = lambda: texts  # noqa: E731
         if kind == "wordpiece":
-            backend = tk.Tokenizer(tk.models.WordPiece(unk_token="[UNK]"))
-            backend.normalizer = tk.normalizers.BertNormalizer(lowercase=lowercase)
-            backend.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
-            backend.decoder = tk.decoders.WordPiece()
-            trainer = tk.trainers.WordPieceTrainer(
-                vocab_size=vocab_size,
-                min_frequency=min_frequency,
-                special_tokens=list(_WORDPIECE_SPECIALS),
-                show_progress=False,
-            )
+            backend = _train_wordpiece(tk, read, vocab_size, lowercase, min_frequency, length)
         else:
             backend = tk.Tokenizer(tk.models.BPE())
             backend.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -266,9 +266,7 @@ class TextTokenizer:
                 initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
                 show_progress=False,
             )
-        backend.train_from_iterator(texts, trainer, length=length)
-        if kind == "wordpiece":
-            _renumber_wordpiece(backend, tk)
+            backend.train_from_iterator(read(), trainer, length=length)
         got = backend.get_vocab_size(with_added_tokens=True)
         if got > vocab_size:
             raise ConfigError(
@@ -284,16 +282,48 @@ class TextTokenizer:
         return f"TextTokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, source={self.source!r})"
 
 
-def _renumber_wordpiece(backend: Any, tk: Any) -> None:
-    """Give WordPiece ids a fixed order: specials, then the other tokens sorted.
+def _wordpiece_backend(tk: Any, vocab: dict[str, int] | None, lowercase: bool) -> Any:
+    model = tk.models.WordPiece(vocab=vocab, unk_token="[UNK]") if vocab else tk.models.WordPiece(
+        unk_token="[UNK]")
+    backend = tk.Tokenizer(model)
+    backend.normalizer = tk.normalizers.BertNormalizer(lowercase=lowercase)
+    backend.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
+    backend.decoder = tk.decoders.WordPiece()
+    return backend
 
-    WordPiece tokenisation only asks whether a piece is in the vocabulary, so renumbering
-    changes ids, not splits; it makes the same text always give the same ids.
+
+def _train_wordpiece(
+    tk: Any, read: Callable[[], Iterable[str]], vocab_size: int, lowercase: bool,
+    min_frequency: int, length: int | None,
+) -> Any:
+    """WordPiece training that gives the same vocabulary every time.
+
+    ``tokenizers`` numbers the ``##x`` continuation pieces in hash-map order while it counts
+    words, and breaks ties between equally frequent merges by those numbers, so the same text
+    can give different vocabularies (huggingface/tokenizers#1794). A first pass collects the
+    characters of the normalised text; handing every ``##x`` to the trainer up front, in sorted
+    order, fixes their numbers. The trained vocabulary is then renumbered (specials, then the
+    rest sorted) into a fresh tokenizer whose only special tokens are BERT's five: WordPiece
+    only asks whether a piece is in the vocabulary, so numbering changes ids, not splits.
     """
-    vocab = backend.get_vocab(with_added_tokens=False)
+    probe = _wordpiece_backend(tk, None, lowercase)
+    chars: set[str] = set()
+    for text in read():
+        chars.update(probe.normalizer.normalize_str(text))
+    pieces = ["##" + c for c in sorted(chars) if not c.isspace()]
+    trainer = tk.trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=[*_WORDPIECE_SPECIALS, *pieces],
+        show_progress=False,
+    )
+    probe.train_from_iterator(read(), trainer, length=length)
+    vocab = probe.get_vocab(with_added_tokens=True)
     rest = sorted(t for t in vocab if t not in _WORDPIECE_SPECIALS)
     ordered = {t: i for i, t in enumerate([*_WORDPIECE_SPECIALS, *rest])}
-    backend.model = tk.models.WordPiece(vocab=ordered, unk_token="[UNK]")
+    backend = _wordpiece_backend(tk, ordered, lowercase)
+    backend.add_special_tokens(list(_WORDPIECE_SPECIALS))
+    return backend
 
 
 def _check_kind(kind: Any) -> str:

@@ -4,9 +4,19 @@ from .bert_dataset import NEXT_SENTENCE_TASKS, BertPretrainingDataset
 from .corpus import SPLITS, TextCorpus
 from .gpt_dataset import GPTDataset
 from .indexed import IndexedTokenDataset, IndexedTokenWriter, index_paths, token_dtype
+from .preprocess import INPUT_FORMATS, preprocess_corpus, preprocess_documents, read_documents
+from .sources import (
+    BUILTIN_CORPORA,
+    default_cache_dir,
+    load_corpus,
+    shakespeare_documents,
+    shakespeare_files,
+)
 from .tokenizer import TOKENIZER_KINDS, TextTokenizer, build_tokenizer
 
 __all__ = [
+    "BUILTIN_CORPORA",
+    "INPUT_FORMATS",
     "BertPretrainingDataset",
     "GPTDataset",
     "IndexedTokenDataset",
@@ -17,6 +27,13 @@ __all__ = [
     "TextCorpus",
     "TextTokenizer",
     "build_tokenizer",
+    "default_cache_dir",
     "index_paths",
+    "load_corpus",
+    "preprocess_corpus",
+    "preprocess_documents",
+    "read_documents",
+    "shakespeare_documents",
+    "shakespeare_files",
     "token_dtype",
 ]

@@ -1,0 +1,410 @@
+"""Raw text to the indexed token format: read documents, tokenise them in worker processes, write.
+
+Two input formats, one document a list of sentences:
+
+- ``"text"``: the BERT pre-training format. One sentence per line; a blank line ends a document.
+- ``"jsonl"``: JSON lines. One document per line, its text under a key (``"text"``), split into
+  sentences at its newlines.
+
+``"auto"`` picks ``jsonl`` for files ending in ``.jsonl``, ``.json`` or ``.ndjson``, else
+``text``. Files are read as UTF-8 (a leading byte-order mark is ignored). Empty lines and
+sentences are dropped.
+
+:func:`preprocess_corpus` tokenises with a pool of processes and writes through
+:class:`~libai.data.text.IndexedTokenWriter`, in input order. Only a few chunks of text are in
+flight at any time, so memory stays bounded whatever the corpus size (``Pool.imap`` would not do:
+its feeder thread reads the whole input ahead of the workers).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from libai.utils.errors import ConfigError, DataError
+from libai.utils.suggest import did_you_mean
+
+from .indexed import IndexedTokenWriter, index_paths
+from .tokenizer import TextTokenizer, build_tokenizer
+
+__all__ = ["INPUT_FORMATS", "preprocess_corpus", "preprocess_documents", "read_documents"]
+
+INPUT_FORMATS = ("auto", "text", "jsonl")
+_JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+_CHUNK_CHARS = 1 << 20  # text per worker task: large enough that pickling costs little
+_TASKS_PER_WORKER = 2  # tasks in flight per worker: keeps each busy while one result is written
+_AUTO_POOL_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
+
+# A document as the readers yield it internally: (sentences, progress units). Sentences of None
+# is progress only (blank lines at the end of a file); [] is a document without text.
+_Item = tuple[list[str] | None, int]
+
+
+def read_documents(
+    paths: str | os.PathLike | Sequence[str | os.PathLike], fmt: str = "auto", json_key: str = "text"
+) -> Iterator[list[str]]:
+    """Stream the documents of text or JSON-lines files, each a list of sentences.
+
+    Args:
+        paths: One file or several, read in order; a document never spans two files.
+        fmt: "auto", "text" or "jsonl" (see the module docstring). Defaults to "auto".
+        json_key: The key holding the text in JSON lines. Defaults to "text".
+
+    Returns:
+        An iterator over the documents with at least one sentence (empty ones are left out).
+
+    Raises:
+        DataError: a missing file, text that is not UTF-8, a bad JSON line or a missing key,
+            naming the file and line.
+    """
+    files = _check_inputs(paths, fmt)  # now, not at the first next()
+    return (doc for doc, _ in _read_items(files, fmt, json_key) if doc)
+
+
+def _check_inputs(paths: str | os.PathLike | Sequence[str | os.PathLike], fmt: str) -> list[Path]:
+    """The input files as paths, each checked to exist, and the format checked."""
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not items:
+        raise DataError("No input files given: pass one or more text or JSON-lines files.")
+    out = [Path(p) for p in items]
+    for p in out:
+        if p.is_dir():
+            raise DataError(f"Input {p} is a folder: pass its files (e.g. {p}/*.txt).")
+        if not p.is_file():
+            raise DataError(f"Input file {p} not found.")
+        _file_format(p, fmt)
+    return out
+
+
+def _file_format(path: Path, fmt: str) -> str:
+    if fmt not in INPUT_FORMATS:
+        raise ConfigError(
+            f"Unknown input format {fmt!r}.{did_you_mean(str(fmt), INPUT_FORMATS)} Choose from "
+            f"{', '.join(INPUT_FORMATS)}."
+        )
+    if fmt != "auto":
+        return fmt
+    return "jsonl" if path.suffix.lower() in _JSONL_SUFFIXES else "text"
+
+
+def _read_items(paths: list[Path], fmt: str, json_key: str) -> Iterator[_Item]:
+    """Documents of every file with the bytes each consumed (the progress bar's unit)."""
+    for path in paths:
+        if _file_format(path, fmt) == "jsonl":
+            yield from _jsonl_items(path, json_key)
+        else:
+            yield from _text_items(path)
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str, int]]:
+    """``(line number, text, bytes)`` of each line; decoded line by line to name a bad one."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(
+                    f"{path}, line {n}: not UTF-8 ({e.reason} at byte {e.start} of the line). "
+                    f"Convert the file to UTF-8, e.g. iconv -f LATIN1 -t UTF-8."
+                ) from e
+            yield n, text.removeprefix("\ufeff") if n == 1 else text, len(raw)
+
+
+def _text_items(path: Path) -> Iterator[_Item]:
+    doc: list[str] = []
+    size = 0
+    for _, text, nbytes in _lines(path):
+        size += nbytes
+        line = text.strip()
+        if line:
+            doc.append(line)
+        elif doc:
+            yield doc, size
+            doc, size = [], 0
+    yield (doc or None), size
+
+
+def _jsonl_items(path: Path, json_key: str) -> Iterator[_Item]:
+    for n, text, nbytes in _lines(path):
+        if not text.strip():
+            yield None, nbytes
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DataError(
+                f"{path}, line {n}: not valid JSON ({e.msg}, column {e.colno}). Each line of a "
+                f"JSON-lines file must be one object, e.g. {{\"{json_key}\": \"...\"}}."
+            ) from e
+        if not isinstance(record, dict):
+            raise DataError(
+                f"{path}, line {n}: a JSON {type(record).__name__}, expected an object with the "
+                f"text under {json_key!r}."
+            )
+        if json_key not in record:
+            keys = ", ".join(repr(k) for k in list(record)[:10]) or "none"
+            raise DataError(
+                f"{path}, line {n}: no key {json_key!r} (keys: {keys}).{did_you_mean(json_key, record)} "
+                f"Name the key that holds the text with json_key= (--json-key)."
+            )
+        value = record[json_key]
+        if not isinstance(value, str):
+            raise DataError(
+                f"{path}, line {n}: {json_key!r} holds a {type(value).__name__}, expected a string."
+            )
+        yield [s for s in (line.strip() for line in value.splitlines()) if s], nbytes
+
+
+# ------------------------------------------------------------------------------- tokenising
+_worker_tokenizer: TextTokenizer | None = None
+
+
+def _init_worker(tokenizer_json: str, kind: str) -> None:
+    # one process per core already: the library's own threads would only compete
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    from tokenizers import Tokenizer
+
+    global _worker_tokenizer
+    _worker_tokenizer = TextTokenizer(Tokenizer.from_str(tokenizer_json), kind)
+
+
+def _encode_in_worker(docs: list[list[str]], append_eod: bool) -> tuple[np.ndarray, ...]:
+    assert _worker_tokenizer is not None, "worker started without _init_worker"
+    return _encode_docs(_worker_tokenizer, docs, append_eod)
+
+
+def _encode_docs(
+    tokenizer: TextTokenizer, docs: list[list[str]], append_eod: bool
+) -> tuple[np.ndarray, ...]:
+    """Token ids of ``docs`` as three flat arrays (pickled cheaply back from a worker):
+    ``(tokens, tokens per sentence, sentences per document)``; empty sentences are dropped."""
+    ids = tokenizer.encode_batch([s for doc in docs for s in doc])
+    tokens: list[int] = []
+    sentence_lengths: list[int] = []
+    doc_sentences: list[int] = []
+    pos = 0
+    for doc in docs:
+        sentences = [s for s in ids[pos : pos + len(doc)] if s]
+        pos += len(doc)
+        if sentences and append_eod:  # GPT-2's document separator, as Megatron's --append-eod
+            sentences[-1] = [*sentences[-1], tokenizer.eod_id]
+        for s in sentences:
+            tokens += s
+            sentence_lengths.append(len(s))
+        doc_sentences.append(len(sentences))
+    return (
+        np.array(tokens, dtype=np.int32),
+        np.array(sentence_lengths, dtype=np.int64),
+        np.array(doc_sentences, dtype=np.int64),
+    )
+
+
+def _chunks(items: Iterable[_Item]) -> Iterator[tuple[list[list[str]], int, int]]:
+    """Group documents into worker tasks: ``(documents, progress units, empty documents)``."""
+    docs: list[list[str]] = []
+    units = empty = chars = 0
+    for doc, n in items:
+        units += n
+        if doc is not None:
+            if doc:
+                docs.append(doc)
+                chars += sum(len(s) for s in doc)
+            else:
+                empty += 1
+        if chars >= _CHUNK_CHARS:
+            yield docs, units, empty
+            docs, units, empty, chars = [], 0, 0, 0
+    if docs or units or empty:
+        yield docs, units, empty
+
+
+def _encoded_chunks(
+    chunks: Iterable[tuple[list[list[str]], int, int]],
+    tokenizer: TextTokenizer,
+    workers: int,
+    append_eod: bool,
+) -> Iterator[tuple[tuple[np.ndarray, ...], int, int]]:
+    """Encode chunks in input order, in-process (``workers <= 1``) or in a pool."""
+    if workers <= 1:
+        for docs, units, empty in chunks:
+            yield _encode_docs(tokenizer, docs, append_eod), units, empty
+        return
+    # spawn, not fork: a forked child of a process whose tokenizer threads ran can deadlock.
+    # An executor, not multiprocessing.Pool: a worker that dies breaks it (an error) where a
+    # Pool would start replacements forever.
+    pool = ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+        initargs=(tokenizer.backend.to_str(), tokenizer.kind),
+    )
+    pending: deque[tuple[Future, int, int]] = deque()
+    try:
+        for docs, units, empty in chunks:
+            pending.append((pool.submit(_encode_in_worker, docs, append_eod), units, empty))
+            if len(pending) >= workers * _TASKS_PER_WORKER:  # bounded: wait for the oldest
+                future, u, e = pending.popleft()
+                yield future.result(), u, e
+        while pending:
+            future, u, e = pending.popleft()
+            yield future.result(), u, e
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _write_encoded(writer: IndexedTokenWriter, encoded: tuple[np.ndarray, ...]) -> None:
+    tokens, sentence_lengths, doc_sentences = encoded
+    ends = np.cumsum(sentence_lengths)
+    starts = ends - sentence_lengths
+    first = 0
+    for n in doc_sentences.tolist():
+        writer.add_document([tokens[starts[j] : ends[j]] for j in range(first, first + n)])
+        first += n
+
+
+# ---------------------------------------------------------------------------------- writing
+def preprocess_corpus(
+    paths: str | os.PathLike | Sequence[str | os.PathLike],
+    output_prefix: str | os.PathLike,
+    tokenizer: TextTokenizer | str | os.PathLike,
+    fmt: str = "auto",
+    json_key: str = "text",
+    workers: int | None = None,
+    append_eod: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Tokenise text or JSON-lines files into ``<output_prefix>.bin`` / ``.idx``.
+
+    The tokenizer is saved beside them as ``<output_prefix>.tokenizer.json`` (and, for
+    WordPiece, ``<output_prefix>.vocab.txt``), so the corpus can be opened with its own
+    vocabulary later (:func:`~libai.data.text.load_corpus`). Files appear only when all went
+    well; a failed run leaves an existing corpus at ``output_prefix`` as it was.
+
+    Args:
+        paths: The input files, read in order (see :func:`read_documents`).
+        output_prefix: Output path without endings; its folder is created.
+        tokenizer: A :class:`TextTokenizer`, or a tokenizer file to load.
+        fmt: "auto", "text" or "jsonl". Defaults to "auto".
+        json_key: The key holding the text in JSON lines. Defaults to "text".
+        workers: Tokenising processes; 0 or 1 tokenises in this process. Defaults to None: in
+            this process below 32 MiB of input, else one per CPU core up to 8.
+        append_eod: End every document with the tokenizer's ``eod_id``, as the last token of
+            its last sentence (GPT-style document separator). Defaults to False.
+        progress: Show a progress bar (bytes read) when the console is a terminal. Defaults
+            to True.
+
+    Returns:
+        Counts: ``docs``, ``sentences``, ``tokens``, ``skipped_docs`` (documents without a
+        token), ``seconds``, ``workers``, ``dtype`` (of the token file) and ``files`` (written).
+
+    Raises:
+        DataError: an unreadable input (see :func:`read_documents`), or no text at all.
+    """
+    files = _check_inputs(paths, fmt)
+    total = sum(p.stat().st_size for p in files)
+    if workers is None:
+        workers = 1 if total < _AUTO_POOL_BYTES else min(os.cpu_count() or 1, 8)
+    described = f"{files[0]}" + (f" and {len(files) - 1} more files" if len(files) > 1 else "")
+    return _preprocess(
+        _read_items(files, fmt, json_key), output_prefix, tokenizer, workers, append_eod,
+        progress=(progress, total, "bytes"), described=described,
+    )
+
+
+def preprocess_documents(
+    documents: Iterable[Sequence[str]],
+    output_prefix: str | os.PathLike,
+    tokenizer: TextTokenizer | str | os.PathLike,
+    workers: int = 1,
+    append_eod: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """:func:`preprocess_corpus` for documents already in memory or generated (lists of
+    sentences); the progress bar counts documents. ``workers`` defaults to 1 (in-process)."""
+    total = len(documents) if hasattr(documents, "__len__") else None
+    items = ((list(doc), 1) for doc in documents)
+    return _preprocess(
+        items, output_prefix, tokenizer, workers, append_eod,
+        progress=(progress, total, "documents"), described="the documents given",
+    )
+
+
+def _preprocess(
+    items: Iterable[_Item],
+    output_prefix: str | os.PathLike,
+    tokenizer: TextTokenizer | str | os.PathLike,
+    workers: int,
+    append_eod: bool,
+    progress: tuple[bool, int | None, str],
+    described: str,
+) -> dict[str, Any]:
+    start = time.perf_counter()
+    tok = build_tokenizer(tokenizer)
+    prefix = Path(output_prefix)
+    empty = 0
+    with _progress_bar(*progress) as advance, IndexedTokenWriter(prefix, tok.vocab_size) as writer:
+        for encoded, units, n_empty in _encoded_chunks(_chunks(items), tok, workers, append_eod):
+            _write_encoded(writer, encoded)
+            empty += n_empty
+            advance(units)
+        if writer.num_docs == 0:  # raised inside the block: the writer removes its files
+            raise DataError(
+                f"No text in {described}: every document was empty. Text files hold one "
+                f"sentence per line, blank lines between documents; JSON lines hold one object "
+                f"per line with the text under json_key."
+            )
+    files = [*index_paths(prefix), *_save_tokenizer(tok, prefix)]
+    return {
+        "docs": writer.num_docs,
+        "sentences": writer.num_sentences,
+        "tokens": writer.num_tokens,
+        "skipped_docs": writer.skipped_docs + empty,
+        "seconds": time.perf_counter() - start,
+        "workers": max(workers, 1),
+        "dtype": writer.dtype.name,
+        "files": [str(f) for f in files],
+    }
+
+
+def _save_tokenizer(tokenizer: TextTokenizer, prefix: Path) -> list[Path]:
+    """Write ``<prefix>.tokenizer.json`` (+ ``.vocab.txt``) via a temporary folder, so that a
+    reader never finds a half-written tokenizer beside the corpus."""
+    tmp = prefix.with_name(f"{prefix.name}.tmp-{os.getpid()}-tokenizer")
+    try:
+        tokenizer.save(tmp / "corpus.tokenizer.json")
+        written = []
+        for f in sorted(tmp.iterdir()):  # corpus.tokenizer.json, corpus.vocab.txt
+            target = prefix.with_name(prefix.name + f.name.removeprefix("corpus"))
+            os.replace(f, target)
+            written.append(target)
+        return written
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def _progress_bar(enabled: bool, total: int | None, unit: str) -> Iterator[Callable[[int], None]]:
+    """Yield ``advance(n)``: a rich progress bar on the shared console when ``enabled`` and
+    the console is a terminal, else a function that does nothing."""
+    from libai.utils.logging import get_console
+
+    if not (enabled and get_console().is_terminal):
+        yield lambda n: None
+        return
+    from rich import progress as rp
+
+    count = rp.DownloadColumn() if unit == "bytes" else rp.MofNCompleteColumn()
+    columns = (rp.TextColumn("[bold]tokenising"), rp.BarColumn(), count, rp.TimeElapsedColumn(),
+               rp.TimeRemainingColumn())
+    with rp.Progress(*columns, console=get_console()) as bar:
+        task = bar.add_task("tokenising", total=total)
+        yield lambda n: bar.advance(task, n)

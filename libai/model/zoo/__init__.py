@@ -1,4 +1,5 @@
-"""Architectures, each one file, registered in ``MODELS``; ``hf.py`` converts Hugging Face weights."""
+"""Architectures, each one file, registered in ``MODELS``; ``hf.py`` and ``hf_mapping.py`` convert
+Hugging Face weights."""
 
 from .bert import BertForPreTraining, BertForSequenceClassification, BertModel
 from .gpt import GPTForCausalLM, GPTModel

@@ -1,0 +1,281 @@
+"""Hugging Face <-> libai names and configs for BERT and GPT-2: pure translation, no files.
+
+Our LM heads are tied to the word embeddings: a separate Hugging Face decoder / ``lm_head`` weight
+must equal them (it is then dropped); exports hold the embeddings once. GPT-2's Conv1D weights are
+stored (in, out) and its q/k/v as one ``c_attn``: they are transposed and split here. ``hf.py``
+reads and writes the folders.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import torch
+from torch import nn
+
+from libai.utils.errors import CheckpointError
+from libai.utils.suggest import did_you_mean
+
+from ..contract import unwrap_model
+from .bert import BertForSequenceClassification, BertModel
+from .gpt import GPTModel
+
+__all__ = ["SHAPE_ARGS", "hf_to_libai", "libai_to_hf"]
+
+State = dict[str, torch.Tensor]
+_ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+                "relu": "relu"}
+_ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
+# kwargs that change the function a model computes: a checkpoint must agree on them
+SHAPE_ARGS = {
+    "bert": ("vocab_size", "hidden_size", "num_layers", "num_heads", "ffn_hidden_size",
+             "max_position_embeddings", "type_vocab_size", "activation", "layer_norm_eps",
+             "pre_norm"),
+    "gpt2": ("vocab_size", "hidden_size", "num_layers", "num_heads", "ffn_hidden_size",
+             "max_position_embeddings", "activation", "layer_norm_eps"),
+}
+_BERT_LAYER = [("attention.self.query", "attn.q_proj"), ("attention.self.key", "attn.k_proj"),
+               ("attention.self.value", "attn.v_proj"), ("attention.output.dense", "attn.out_proj"),
+               ("attention.output.LayerNorm", "attn_norm"), ("intermediate.dense", "mlp.fc1"),
+               ("output.dense", "mlp.fc2"), ("output.LayerNorm", "mlp_norm")]
+_BERT_HEADS = [("cls.predictions.transform.dense", "mlm_head.dense"),
+               ("cls.predictions.transform.LayerNorm", "mlm_head.norm"),
+               ("cls.seq_relationship", "sentence_head"), ("classifier", "classifier")]
+# GPT-2 (HF module, ours, Conv1D weight to transpose)
+_GPT_LAYER = [("ln_1", "attn_norm", False), ("ln_2", "mlp_norm", False),
+              ("attn.c_proj", "attn.out_proj", True), ("mlp.c_fc", "mlp.fc1", True),
+              ("mlp.c_proj", "mlp.fc2", True)]
+_IGNORED_SUFFIXES = (".position_ids", ".token_type_ids", ".attn.bias", ".attn.masked_bias")
+
+
+# ----------------------------------------------------------------------------- HF -> libai
+def hf_to_libai(config: dict[str, Any], hf_state: State,
+                target: str | None = None) -> tuple[dict[str, Any], State]:
+    """Translate a Hugging Face config and state dict to libai's.
+
+    Args:
+        config: The parsed ``config.json``.
+        hf_state: Its weights, Hugging Face names.
+        target: The libai class the keys are for ("BertModel", "GPTForCausalLM"...). Defaults
+            to the class matching the folder's ``architectures`` (and its weights).
+
+    Returns:
+        ``model`` config dict (``type`` + kwargs) and the state dict. Keys that match nothing
+        are kept under their Hugging Face names, so that a strict load reports them.
+
+    Raises:
+        CheckpointError: Unsupported ``model_type`` or options, or an untied LM head.
+    """
+    model_type = config.get("model_type")
+    if model_type not in SHAPE_ARGS:
+        raise CheckpointError(
+            f"model_type {model_type!r} in config.json is not supported: libai converts "
+            f"{sorted(SHAPE_ARGS)}.{did_you_mean(str(model_type), SHAPE_ARGS)}")
+    state = {_old_norm_name(k): v for k, v in hf_state.items() if not k.endswith(_IGNORED_SUFFIXES)}
+    try:
+        return (_bert_from_hf if model_type == "bert" else _gpt2_from_hf)(config, state, target)
+    except KeyError as e:  # a dimension the config must give
+        raise CheckpointError(f"config.json of this {model_type} model lacks {e}") from e
+
+
+def _old_norm_name(key: str) -> str:  # checkpoints converted from TensorFlow BERT
+    return key.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+
+
+def _act(config: dict[str, Any], key: str, default: str) -> str:
+    name = config.get(key, default)
+    if name not in _ACT_FROM_HF:
+        raise CheckpointError(f"config.json has {key}={name!r}; libai supports "
+                              f"{sorted(_ACT_FROM_HF)}")
+    return _ACT_FROM_HF[name]
+
+
+def _refuse(config: dict[str, Any], **unsupported: bool) -> None:
+    for key, bad in unsupported.items():
+        if config.get(key) is bad:
+            raise CheckpointError(f"config.json has {key}={bad!r}, which libai's "
+                                  f"{config['model_type']} model does not implement")
+
+
+def _bert_from_hf(c: dict[str, Any], state: State, target: str | None) -> tuple[dict, State]:
+    _refuse(c, is_decoder=True, add_cross_attention=True)
+    if c.get("position_embedding_type", "absolute") != "absolute":
+        raise CheckpointError(f"config.json has position_embedding_type="
+                              f"{c['position_embedding_type']!r}; libai's BERT has 'absolute' only")
+    kwargs: dict[str, Any] = dict(
+        vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
+        num_layers=c["num_hidden_layers"], num_heads=c["num_attention_heads"],
+        ffn_hidden_size=c["intermediate_size"],
+        max_position_embeddings=c.get("max_position_embeddings", 512),
+        type_vocab_size=c.get("type_vocab_size", 2),
+        hidden_dropout=c.get("hidden_dropout_prob", 0.1),
+        attention_dropout=c.get("attention_probs_dropout_prob", 0.1),
+        activation=_act(c, "hidden_act", "gelu"), layer_norm_eps=c.get("layer_norm_eps", 1e-12),
+        init_std=c.get("initializer_range", 0.02), pad_token_id=c.get("pad_token_id", 0))
+    arch = (c.get("architectures") or [""])[0]
+    has = {k.split(".", 1)[0] for k in state}
+    if arch == "BertForSequenceClassification" or (not arch and "classifier" in has):
+        kwargs.update(num_classes=len(c.get("id2label") or {0: 0, 1: 1}),
+                      classifier_dropout=c.get("classifier_dropout"))
+        cfg_type = "BertForSequenceClassification"
+    elif arch == "BertModel" or (arch not in ("BertForPreTraining", "BertForMaskedLM")
+                                 and "cls" not in has):
+        cfg_type = "BertModel"
+    else:
+        cfg_type = "BertForPreTraining"
+        kwargs["second_head"] = "nsp" if "cls.seq_relationship.weight" in state else None
+    ours = "" if (target or cfg_type) == "BertModel" else "bert."
+    hf = "bert." if any(k.startswith("bert.") for k in state) else ""
+    out: State = OrderedDict()
+    for h, o in _bert_pairs(kwargs["num_layers"], hf, ours):
+        if h in state:
+            out[o] = state.pop(h)
+    decoder_w = state.pop("cls.predictions.decoder.weight", None)
+    decoder_b = state.pop("cls.predictions.decoder.bias", None)
+    bias = state.pop("cls.predictions.bias", decoder_b)
+    if bias is not None:
+        out["mlm_head.bias"] = bias
+    _check_tied(decoder_w, out.get(f"{ours}embeddings.word_embeddings.weight"),
+                "cls.predictions.decoder.weight")
+    _check_tied(decoder_b, bias, "cls.predictions.decoder.bias", "cls.predictions.bias")
+    out.update(state)  # whatever is left keeps its name: a strict load reports it
+    return {"type": cfg_type, **kwargs}, out
+
+
+def _bert_pairs(num_layers: int, hf: str, ours: str) -> list[tuple[str, str]]:
+    """(Hugging Face key, libai key) for every BERT tensor that maps one to one."""
+    modules = [("embeddings.word_embeddings", "embeddings.word_embeddings"),
+               ("embeddings.position_embeddings", "embeddings.position_embeddings"),
+               ("embeddings.token_type_embeddings", "embeddings.token_type_embeddings"),
+               ("embeddings.LayerNorm", "embeddings.norm"), ("pooler.dense", "pooler.dense")]
+    modules += [(f"encoder.layer.{i}.{h}", f"blocks.{i}.{o}")
+                for i in range(num_layers) for h, o in _BERT_LAYER]
+    pairs = [(f"{hf}{h}.{p}", f"{ours}{o}.{p}") for h, o in modules for p in ("weight", "bias")
+             if not (p == "bias" and "_embeddings" in o)]
+    return pairs + [(f"{h}.{p}", f"{o}.{p}") for h, o in _BERT_HEADS for p in ("weight", "bias")]
+
+
+def _check_tied(extra: torch.Tensor | None, tied: torch.Tensor | None, name: str,
+                tied_name: str = "the word embeddings") -> None:
+    if extra is not None and tied is not None and not torch.equal(extra, tied):
+        raise CheckpointError(f"{name} differs from {tied_name}: libai's LM head is tied to them, "
+                              f"so this checkpoint (tie_word_embeddings false?) cannot load exactly")
+
+
+def _gpt2_from_hf(c: dict[str, Any], state: State, target: str | None) -> tuple[dict, State]:
+    _refuse(c, add_cross_attention=True, scale_attn_by_inverse_layer_idx=True,
+            scale_attn_weights=False)
+    kwargs: dict[str, Any] = dict(
+        vocab_size=c["vocab_size"], hidden_size=c["n_embd"], num_layers=c["n_layer"],
+        num_heads=c["n_head"], ffn_hidden_size=c.get("n_inner"),
+        max_position_embeddings=c.get("n_positions", 1024),
+        hidden_dropout=c.get("resid_pdrop", 0.1), attention_dropout=c.get("attn_pdrop", 0.1),
+        activation=_act(c, "activation_function", "gelu_new"),
+        layer_norm_eps=c.get("layer_norm_epsilon", 1e-5), init_std=c.get("initializer_range", 0.02))
+    cfg_type = "GPTModel" if (c.get("architectures") or [""])[0] == "GPT2Model" else "GPTForCausalLM"
+    ours = "" if (target or cfg_type) == "GPTModel" else "transformer."
+    hf = "transformer." if any(k.startswith("transformer.") for k in state) else ""
+    out: State = OrderedDict()
+    for h, o, transpose in _gpt2_pairs(kwargs["num_layers"], hf, ours):
+        if h in state:
+            value = state.pop(h)
+            out[o] = value.t().contiguous() if transpose else value  # Conv1D (in, out) -> (out, in)
+    for i in range(kwargs["num_layers"]):
+        for p in ("weight", "bias"):
+            fused = state.pop(f"{hf}h.{i}.attn.c_attn.{p}", None)  # (H, 3H) or (3H,): q | k | v
+            if fused is None:
+                continue
+            fused = fused.t() if p == "weight" else fused  # (3H, H) or (3H,)
+            for name, part in zip("qkv", fused.chunk(3, dim=0)):
+                out[f"{ours}blocks.{i}.attn.{name}_proj.{p}"] = part.contiguous()
+    _check_tied(state.pop("lm_head.weight", None), out.get(f"{ours}embeddings.word_embeddings.weight"),
+                "lm_head.weight")
+    out.update(state)
+    return {"type": cfg_type, **kwargs}, out
+
+
+def _gpt2_pairs(num_layers: int, hf: str, ours: str) -> list[tuple[str, str, bool]]:
+    """(Hugging Face key, libai key, transpose) for GPT-2 tensors that map one to one (all but
+    the fused c_attn)."""
+    modules = [("wte", "embeddings.word_embeddings", False),
+               ("wpe", "embeddings.position_embeddings", False), ("ln_f", "final_norm", False)]
+    modules += [(f"h.{i}.{h}", f"blocks.{i}.{o}", t) for i in range(num_layers) for h, o, t in _GPT_LAYER]
+    return [(f"{hf}{h}.{p}", f"{ours}{o}.{p}", t and p == "weight") for h, o, t in modules
+            for p in ("weight", "bias") if not (p == "bias" and "_embeddings" in o)]
+
+
+# ----------------------------------------------------------------------------- libai -> HF
+def libai_to_hf(model: nn.Module) -> tuple[dict[str, Any], State]:
+    """The Hugging Face ``config.json`` dict and state dict of a libai BERT or GPT-2 model.
+
+    A ``second_head="sop"`` model exports as ``BertForPreTraining`` (the same Linear(H, 2); its
+    labels keep the SOP meaning). Tensors are detached, contiguous and on the CPU.
+
+    Raises:
+        CheckpointError: The model has no Hugging Face equivalent (not BERT/GPT-2, pre_norm BERT).
+    """
+    model = unwrap_model(model)
+    kind = getattr(model, "hf_model_type", None)
+    if kind is None:
+        raise CheckpointError(f"{type(model).__name__} has no Hugging Face export: only libai's "
+                              f"BERT and GPT-2 models have one")
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    config, out = (_bert_to_hf if kind == "bert" else _gpt2_to_hf)(model, model.config, state)
+    if state:  # every parameter must have found its Hugging Face name
+        raise AssertionError(f"unmapped parameters: {sorted(state)}")
+    dtype = next(iter(out.values())).dtype
+    config.update(tie_word_embeddings=True, torch_dtype=str(dtype).removeprefix("torch."))
+    return config, {k: v.contiguous() for k, v in out.items()}
+
+
+def _bert_to_hf(model: nn.Module, a: dict[str, Any], state: State) -> tuple[dict, State]:
+    if a.get("pre_norm"):
+        raise CheckpointError("a pre_norm=True BERT has no Hugging Face equivalent (its BERT is "
+                              "post-LN): export works for pre_norm=False models")
+    if isinstance(model, BertModel):
+        arch, ours, hf = "BertModel", "", ""
+    else:
+        ours = hf = "bert."
+        arch = type(model).__name__ if isinstance(model, BertForSequenceClassification) else (
+            "BertForMaskedLM" if model.second_head is None else "BertForPreTraining")
+    out = {h: state.pop(o) for h, o in _bert_pairs(a["num_layers"], hf, ours) if o in state}
+    if "mlm_head.bias" in state:
+        out["cls.predictions.bias"] = state.pop("mlm_head.bias")
+    config = dict(
+        architectures=[arch], model_type="bert", vocab_size=a["vocab_size"],
+        hidden_size=a["hidden_size"], num_hidden_layers=a["num_layers"],
+        num_attention_heads=a["num_heads"], intermediate_size=a["ffn_hidden_size"],
+        hidden_act=_ACT_TO_HF[a["activation"]], hidden_dropout_prob=a["hidden_dropout"],
+        attention_probs_dropout_prob=a["attention_dropout"],
+        max_position_embeddings=a["max_position_embeddings"],
+        type_vocab_size=a["type_vocab_size"], initializer_range=a["init_std"],
+        layer_norm_eps=a["layer_norm_eps"], pad_token_id=a["pad_token_id"],
+        position_embedding_type="absolute")
+    if isinstance(model, BertForSequenceClassification):
+        labels = range(a["num_classes"])
+        config.update(id2label={str(i): f"LABEL_{i}" for i in labels},
+                      label2id={f"LABEL_{i}": i for i in labels},
+                      classifier_dropout=a["classifier_dropout"])
+    return config, out
+
+
+def _gpt2_to_hf(model: nn.Module, a: dict[str, Any], state: State) -> tuple[dict, State]:
+    arch, ours, hf = (("GPT2Model", "", "") if isinstance(model, GPTModel)
+                      else ("GPT2LMHeadModel", "transformer.", "transformer."))
+    out = {h: (state.pop(o).t() if t else state.pop(o))
+           for h, o, t in _gpt2_pairs(a["num_layers"], hf, ours) if o in state}
+    for i in range(a["num_layers"]):
+        for p in ("weight", "bias"):
+            fused = torch.cat([state.pop(f"{ours}blocks.{i}.attn.{n}_proj.{p}") for n in "qkv"])
+            out[f"{hf}h.{i}.attn.c_attn.{p}"] = fused.t() if p == "weight" else fused  # (H, 3H)
+    eos = 50256 if a["vocab_size"] == 50257 else None  # GPT-2's <|endoftext|>
+    config = dict(
+        architectures=[arch], model_type="gpt2", vocab_size=a["vocab_size"],
+        n_embd=a["hidden_size"], n_layer=a["num_layers"], n_head=a["num_heads"],
+        n_inner=a["ffn_hidden_size"], n_positions=a["max_position_embeddings"],
+        activation_function=_ACT_TO_HF[a["activation"]], resid_pdrop=a["hidden_dropout"],
+        embd_pdrop=a["hidden_dropout"], attn_pdrop=a["attention_dropout"],
+        layer_norm_epsilon=a["layer_norm_eps"], initializer_range=a["init_std"],
+        scale_attn_weights=True, bos_token_id=eos, eos_token_id=eos)
+    return config, out

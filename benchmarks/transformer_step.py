@@ -27,6 +27,7 @@ work (Hugging Face BERT also projects the unmasked positions to the vocabulary).
     python benchmarks/transformer_step.py [--models bert gpt] [--layers 2] [--hidden 768]
         [--heads 12] [--seq 128] [--batch 4] [--predictions 20] [--rounds 5] [--steps 1]
         [--threads 1] [--no-cpu] [--gpu-layers 12] [--gpu-batch 32] [--gpu-seq 512]
+        [--gpu-steps 10] [--bf16-on-cpu]
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def report(pair: Pair, ours_t: list[float], hf_t: list[float], flops: float | No
     for who, t in (("libai", statistics.median(ours_t)), ("HF", statistics.median(hf_t))):
         line = f"  {who:<6}{t * 1e3:9.1f} ms/step {pair.tokens / t:10.0f} tokens/s"
         if flops:
-            line += f" {flops / t / 1e12:8.1f} TFLOP/s"
+            line += f" {flops / t / 1e12:8.2f} TFLOP/s"
             if peak:
                 line += f" ({100 * flops / t / peak:.1f}% of {peak / 1e12:.0f} bf16 peak)"
         print(line)
@@ -202,23 +203,25 @@ def run_cpu(name: str, args: argparse.Namespace) -> None:
     report(pair, ours_t, hf_t)
 
 
-def run_cuda(name: str, args: argparse.Namespace) -> None:
-    device_name = torch.cuda.get_device_name()
+def run_bf16(name: str, args: argparse.Namespace, device: str) -> None:
+    cuda = device == "cuda"
+    device_name = torch.cuda.get_device_name() if cuda else "CPU"
     peak = next((v for k, v in BF16_PEAK.items() if k in device_name), None)
-    pair = to_device(build(name, args, args.gpu_layers, args.gpu_batch, args.gpu_seq), "cuda")
+    pair = to_device(build(name, args, args.gpu_layers, args.gpu_batch, args.gpu_seq), device)
     print(describe(pair, args.gpu_layers, args, args.gpu_batch, args.gpu_seq) +
           f"; {device_name}, bf16 autocast, forward + backward + AdamW")
 
     def autocast():
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+        return torch.autocast(device, dtype=torch.bfloat16)
 
     pair.ours.train()
     with FlopCounterMode(display=False) as counter, autocast():
         pair.ours_loss().backward()
     pair.ours.zero_grad(set_to_none=True)
     flops = counter.get_total_flops()
-    print(f"  model FLOPs per step (libai, forward + backward): {flops / 1e12:.2f} T")
-    ours_t, hf_t = compare(pair, args.rounds, args.gpu_steps, 3, autocast, torch.cuda.synchronize)
+    print(f"  model FLOPs per step (libai, forward + backward): {flops / 1e9:.1f} GFLOP")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    ours_t, hf_t = compare(pair, args.rounds, args.gpu_steps, 3, autocast, sync)
     report(pair, ours_t, hf_t, flops, peak)
 
 
@@ -242,6 +245,9 @@ def main() -> None:
     parser.add_argument("--gpu-batch", type=int, default=32)
     parser.add_argument("--gpu-seq", type=int, default=512)
     parser.add_argument("--gpu-steps", type=int, default=10)
+    parser.add_argument("--bf16-on-cpu", action="store_true",
+                        help="run the GPU measurement (bf16, FLOPs) on the CPU: checks the code "
+                             "path on a machine without a GPU (use small --gpu-* sizes)")
     args = parser.parse_args()
     import transformers
 
@@ -249,8 +255,8 @@ def main() -> None:
     for name in args.models:
         if not args.no_cpu:
             run_cpu(name, args)
-        if torch.cuda.is_available():
-            run_cuda(name, args)
+        if torch.cuda.is_available() or args.bf16_on_cpu:
+            run_bf16(name, args, "cuda" if torch.cuda.is_available() else "cpu")
 
 
 if __name__ == "__main__":

@@ -52,7 +52,9 @@ _Item = tuple[list[str] | None, int]
 
 
 def read_documents(
-    paths: str | os.PathLike | Sequence[str | os.PathLike], fmt: str = "auto", json_key: str = "text"
+    paths: str | os.PathLike | Sequence[str | os.PathLike],
+    fmt: str = "auto",
+    json_key: str = "text",
 ) -> Iterator[list[str]]:
     """Stream the documents of text or JSON-lines files, each a list of sentences.
 
@@ -145,7 +147,7 @@ def _jsonl_items(path: Path, json_key: str) -> Iterator[_Item]:
         except json.JSONDecodeError as e:
             raise DataError(
                 f"{path}, line {n}: not valid JSON ({e.msg}, column {e.colno}). Each line of a "
-                f"JSON-lines file must be one object, e.g. {{\"{json_key}\": \"...\"}}."
+                f'JSON-lines file must be one object, e.g. {{"{json_key}": "..."}}.'
             ) from e
         if not isinstance(record, dict):
             raise DataError(
@@ -244,7 +246,9 @@ def _encoded_chunks(
     # An executor, not multiprocessing.Pool: a worker that dies breaks it (an error) where a
     # Pool would start replacements forever.
     pool = ProcessPoolExecutor(
-        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+        workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker,
         initargs=(tokenizer.backend.to_str(), tokenizer.kind),
     )
     pending: deque[tuple[Future, int, int]] = deque()
@@ -314,10 +318,8 @@ def preprocess_corpus(
     if workers is None:
         workers = 1 if total < _AUTO_POOL_BYTES else min(os.cpu_count() or 1, 8)
     described = f"{files[0]}" + (f" and {len(files) - 1} more files" if len(files) > 1 else "")
-    return _preprocess(
-        _read_items(files, fmt, json_key), output_prefix, tokenizer, workers, append_eod,
-        progress=(progress, total, "bytes"), described=described,
-    )
+    items, bar = _read_items(files, fmt, json_key), (progress, total, "bytes")
+    return _preprocess(items, output_prefix, tokenizer, workers, append_eod, bar, described)
 
 
 def preprocess_documents(
@@ -331,11 +333,8 @@ def preprocess_documents(
     """:func:`preprocess_corpus` for documents already in memory or generated (lists of
     sentences); the progress bar counts documents. ``workers`` defaults to 1 (in-process)."""
     total = len(documents) if hasattr(documents, "__len__") else None
-    items = ((list(doc), 1) for doc in documents)
-    return _preprocess(
-        items, output_prefix, tokenizer, workers, append_eod,
-        progress=(progress, total, "documents"), described="the documents given",
-    )
+    items, bar = ((list(doc), 1) for doc in documents), (progress, total, "documents")
+    return _preprocess(items, output_prefix, tokenizer, workers, append_eod, bar, "the documents")
 
 
 def _preprocess(
@@ -344,14 +343,15 @@ def _preprocess(
     tokenizer: TextTokenizer | str | os.PathLike,
     workers: int,
     append_eod: bool,
-    progress: tuple[bool, int | None, str],
+    bar: tuple[bool, int | None, str],
     described: str,
 ) -> dict[str, Any]:
+    """The shared body of the preprocess functions; ``bar`` is ``(enabled, total, unit)``."""
     start = time.perf_counter()
     tok = build_tokenizer(tokenizer)
     prefix = Path(output_prefix)
     empty = 0
-    with _progress_bar(*progress) as advance, IndexedTokenWriter(prefix, tok.vocab_size) as writer:
+    with _progress_bar(*bar) as advance, IndexedTokenWriter(prefix, tok.vocab_size) as writer:
         for encoded, units, n_empty in _encoded_chunks(_chunks(items), tok, workers, append_eod):
             _write_encoded(writer, encoded)
             empty += n_empty
@@ -403,8 +403,8 @@ def _progress_bar(enabled: bool, total: int | None, unit: str) -> Iterator[Calla
     from rich import progress as rp
 
     count = rp.DownloadColumn() if unit == "bytes" else rp.MofNCompleteColumn()
-    columns = (rp.TextColumn("[bold]tokenising"), rp.BarColumn(), count, rp.TimeElapsedColumn(),
-               rp.TimeRemainingColumn())
+    columns = [rp.TextColumn("[bold]tokenising"), rp.BarColumn(), count]
+    columns += [rp.TimeElapsedColumn(), rp.TimeRemainingColumn()]
     with rp.Progress(*columns, console=get_console()) as bar:
         task = bar.add_task("tokenising", total=total)
         yield lambda n: bar.advance(task, n)

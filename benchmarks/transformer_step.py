@@ -24,8 +24,8 @@ FLOPs are those of the libai step (forward + backward, counted once with
 ``torch.utils.flop_counter.FlopCounterMode``) and are used for both models: they are the useful
 work (Hugging Face BERT also projects the unmasked positions to the vocabulary).
 
-    python benchmarks/transformer_step.py [--models bert gpt] [--layers 2] [--hidden 768]
-        [--heads 12] [--seq 128] [--batch 4] [--predictions 20] [--rounds 5] [--steps 1]
+    python benchmarks/transformer_step.py [--models bert gpt] [--layers 4] [--hidden 768]
+        [--heads 12] [--seq 128] [--batch 2] [--predictions 20] [--rounds 7] [--steps 1]
         [--threads 1] [--no-cpu] [--gpu-layers 12] [--gpu-batch 32] [--gpu-seq 512]
         [--gpu-steps 10] [--bf16-on-cpu]
 """
@@ -228,16 +228,16 @@ def run_bf16(name: str, args: argparse.Namespace, device: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", choices=["bert", "gpt"], default=["bert", "gpt"])
-    parser.add_argument("--layers", type=int, default=2, help="CPU: transformer blocks")
+    parser.add_argument("--layers", type=int, default=4, help="CPU: transformer blocks")
     parser.add_argument("--hidden", type=int, default=768, help="width; ffn is 4x")
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--seq", type=int, default=128, help="CPU: sequence length")
-    parser.add_argument("--batch", type=int, default=4, help="CPU: sequences per step")
+    parser.add_argument("--batch", type=int, default=2, help="CPU: sequences per step")
     parser.add_argument("--predictions", type=int, default=20,
                         help="BERT masked positions per sequence at --seq (scaled for --gpu-seq)")
     parser.add_argument("--bert-vocab", type=int, default=30522)
     parser.add_argument("--gpt-vocab", type=int, default=50257)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=1, help="CPU: steps per model per round")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-cpu", action="store_true", help="skip the CPU comparison")

@@ -22,10 +22,12 @@ import json
 import multiprocessing
 import os
 import shutil
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,8 @@ _AUTO_POOL_BYTES = 32 << 20  # below this, starting worker processes costs more 
 # A document as the readers yield it internally: (sentences, progress units). Sentences of None
 # is progress only (blank lines at the end of a file); [] is a document without text.
 _Item = tuple[list[str] | None, int]
+_Chunk = tuple[list[list[str]], int, int]  # a worker task: documents, progress units, empty docs
+_Encoded = tuple[np.ndarray, np.ndarray, np.ndarray]  # see _encode_docs
 
 
 def read_documents(
@@ -172,23 +176,21 @@ def _jsonl_items(path: Path, json_key: str) -> Iterator[_Item]:
 _worker_tokenizer: TextTokenizer | None = None
 
 
-def _init_worker(tokenizer_json: str, kind: str) -> None:
+def _init_worker(tokenizer_file: str, kind: str) -> None:
     # one process per core already: the library's own threads would only compete
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     from tokenizers import Tokenizer
 
     global _worker_tokenizer
-    _worker_tokenizer = TextTokenizer(Tokenizer.from_str(tokenizer_json), kind)
+    _worker_tokenizer = TextTokenizer(Tokenizer.from_file(tokenizer_file), kind)
 
 
-def _encode_in_worker(docs: list[list[str]], append_eod: bool) -> tuple[np.ndarray, ...]:
+def _encode_in_worker(docs: list[list[str]], append_eod: bool) -> _Encoded:
     assert _worker_tokenizer is not None, "worker started without _init_worker"
     return _encode_docs(_worker_tokenizer, docs, append_eod)
 
 
-def _encode_docs(
-    tokenizer: TextTokenizer, docs: list[list[str]], append_eod: bool
-) -> tuple[np.ndarray, ...]:
+def _encode_docs(tokenizer: TextTokenizer, docs: list[list[str]], append_eod: bool) -> _Encoded:
     """Token ids of ``docs`` as three flat arrays (pickled cheaply back from a worker):
     ``(tokens, tokens per sentence, sentences per document)``; empty sentences are dropped."""
     ids = tokenizer.encode_batch([s for doc in docs for s in doc])
@@ -212,7 +214,7 @@ def _encode_docs(
     )
 
 
-def _chunks(items: Iterable[_Item]) -> Iterator[tuple[list[list[str]], int, int]]:
+def _chunks(items: Iterable[_Item]) -> Iterator[_Chunk]:
     """Group documents into worker tasks: ``(documents, progress units, empty documents)``."""
     docs: list[list[str]] = []
     units = empty = chars = 0
@@ -232,11 +234,8 @@ def _chunks(items: Iterable[_Item]) -> Iterator[tuple[list[list[str]], int, int]
 
 
 def _encoded_chunks(
-    chunks: Iterable[tuple[list[list[str]], int, int]],
-    tokenizer: TextTokenizer,
-    workers: int,
-    append_eod: bool,
-) -> Iterator[tuple[tuple[np.ndarray, ...], int, int]]:
+    chunks: Iterable[_Chunk], tokenizer: TextTokenizer, workers: int, append_eod: bool
+) -> Iterator[tuple[_Encoded, int, int]]:
     """Encode chunks in input order, in-process (``workers <= 1``) or in a pool."""
     if workers <= 1:
         for docs, units, empty in chunks:
@@ -245,27 +244,35 @@ def _encoded_chunks(
     # spawn, not fork: a forked child of a process whose tokenizer threads ran can deadlock.
     # An executor, not multiprocessing.Pool: a worker that dies breaks it (an error) where a
     # Pool would start replacements forever.
-    pool = ProcessPoolExecutor(
-        workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_init_worker,
-        initargs=(tokenizer.backend.to_str(), tokenizer.kind),
-    )
-    pending: deque[tuple[Future, int, int]] = deque()
-    try:
-        for docs, units, empty in chunks:
-            pending.append((pool.submit(_encode_in_worker, docs, append_eod), units, empty))
-            if len(pending) >= workers * _TASKS_PER_WORKER:  # bounded: wait for the oldest
+    ctx = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="libai-preprocess-") as tmp:
+        # Workers load the tokenizer from a file. Passed as an argument, its megabytes would go
+        # down the pipe that starts each worker, and CPython blocks on that pipe forever when
+        # the worker dies while starting (e.g. it cannot re-import the main script).
+        init = (str(Path(tmp) / "tokenizer.json"), tokenizer.kind)
+        tokenizer.backend.save(init[0])
+        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=init)
+        pending: deque[tuple[Future, int, int]] = deque()
+        try:
+            for docs, units, empty in chunks:
+                pending.append((pool.submit(_encode_in_worker, docs, append_eod), units, empty))
+                if len(pending) >= workers * _TASKS_PER_WORKER:  # bounded: wait for the oldest
+                    future, u, e = pending.popleft()
+                    yield future.result(), u, e
+            while pending:
                 future, u, e = pending.popleft()
                 yield future.result(), u, e
-        while pending:
-            future, u, e = pending.popleft()
-            yield future.result(), u, e
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        except BrokenProcessPool as e:
+            raise DataError(
+                "A tokenising worker process died: killed, out of memory, or unable to re-import "
+                "the main script (spawned workers do: run code from a file, under `if __name__ "
+                "== '__main__':`). workers=0 tokenises in this process."
+            ) from e
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _write_encoded(writer: IndexedTokenWriter, encoded: tuple[np.ndarray, ...]) -> None:
+def _write_encoded(writer: IndexedTokenWriter, encoded: _Encoded) -> None:
     tokens, sentence_lengths, doc_sentences = encoded
     ends = np.cumsum(sentence_lengths)
     starts = ends - sentence_lengths

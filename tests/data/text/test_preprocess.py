@@ -198,3 +198,12 @@ def test_worker_pool_matches_in_process_and_keeps_few_chunks_in_flight(tmp_path,
     assert np.array_equal(pool.doc_offsets, local.doc_offsets)
     # each chunk is 1-2 documents; 2 workers x 2 tasks may be in flight when the first is written
     assert written[0] <= 2 * pp._TASKS_PER_WORKER * 2 + 2
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_is_an_error_not_a_hang(tmp_path, bpe):
+    broken = TextTokenizer(bpe.backend, "bpe")
+    broken.kind = "wordpiece"  # the worker's tokenizer fails to load: the worker dies starting
+    with pytest.raises(DataError, match="A tokenising worker process died"):
+        preprocess_documents(DOCS * 10, tmp_path / "c", broken, workers=2, progress=False)
+    assert not list(tmp_path.iterdir())

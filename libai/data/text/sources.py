@@ -13,11 +13,10 @@ Cache layout (``cache_dir`` defaults to ``$LIBAI_CACHE_DIR``, else ``~/.cache/li
         meta.json                                        what was built, counts, build time
     <cache_dir>/text/shakespeare-wordpiece-8192-1a2b3c4d.lock
 
-The hash covers the source (file names, sizes and modification times; the content of the
-built-in plays), the tokenizer (its training spec, or the content of a given tokenizer),
-``append_eod`` and a format version, so changing any of them builds a new folder. Processes
-that start together (``torchrun``) agree through a file lock: one builds into a temporary
-folder and renames it into place, the others wait, then all open the same files.
+The hash covers the source (file paths, sizes and modification times; the built-in plays'
+content), the tokenizer (training spec, or content), ``append_eod`` and a format version.
+Processes that start together (``torchrun``) agree through the file lock: one builds into a
+temporary folder and renames it into place, the others wait, then all open the same files.
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ from libai.utils.suggest import did_you_mean
 from .corpus import TextCorpus
 from .indexed import IndexedTokenDataset, index_paths
 from .preprocess import _check_inputs, preprocess_corpus, preprocess_documents, read_documents
-from .tokenizer import TOKENIZER_KINDS, TextTokenizer
+from .tokenizer import TextTokenizer, _check_kind
 
 try:
     import fcntl
@@ -98,7 +97,8 @@ def shakespeare_documents(files: Sequence[str | os.PathLike] | None = None) -> I
     titles are not part of the text. A speaker line ``**HAMLET**`` becomes ``HAMLET:``, as in
     the classic tiny-shakespeare text. Stage directions (``_Enter Ghost_``, ``*Exit.*``,
     ``[Aside]``) are dropped, like that text drops them. Markdown escapes and line-break
-    spaces are removed. All 38 plays give 781 documents, 141,755 lines, 4.76 M characters.
+    spaces are removed. All 38 plays (5.3 MB of markdown) give 781 documents, 141,755
+    lines, 4.76 M characters as text with a line per sentence.
 
     Args:
         files: Markdown plays. Defaults to None: :func:`shakespeare_files`.
@@ -310,12 +310,7 @@ def _training_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     default out or leaving it away gives the same cache folder)."""
     params = inspect.signature(TextTokenizer.train).parameters
     options = {k: p.default for k, p in params.items() if k not in ("texts", "kind", "length")}
-    kind = spec.get("type")
-    if kind not in TOKENIZER_KINDS:
-        raise ConfigError(
-            f"Unknown tokenizer type {kind!r}.{did_you_mean(str(kind), TOKENIZER_KINDS)} Choose "
-            f"'wordpiece' (BERT) or 'bpe' (GPT-2 byte-level BPE)."
-        )
+    kind = _check_kind(spec.get("type"))
     for key in spec:
         if key != "type" and key not in options:
             raise ConfigError(
@@ -352,7 +347,13 @@ def _build(
 def _build_once(folder: Path, name: str, build: Callable[[Path], dict[str, Any]]) -> None:
     """Run ``build(tmp)`` and rename ``tmp`` to ``folder``, in one process of all that ask
     at once; the others wait for the lock, then find the folder built."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DataError(
+            f"Cannot create the corpus cache {folder.parent} ({e.strerror}): set cache_dir= or "
+            f"$LIBAI_CACHE_DIR to a writable folder."
+        ) from e
     with _locked(folder.with_name(folder.name + ".lock"), folder):
         if (folder / _META).is_file():  # built by another process while this one waited
             return
@@ -375,7 +376,8 @@ def _build_once(folder: Path, name: str, build: Callable[[Path], dict[str, Any]]
 
 @contextmanager
 def _locked(lock_path: Path, folder: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``lock_path`` (released by the OS if the process dies)."""
+    """Hold an exclusive ``flock`` on ``lock_path``: released when the file closes, also by
+    the OS when the process dies."""
     if fcntl is None:
         yield
         return
@@ -385,10 +387,7 @@ def _locked(lock_path: Path, folder: Path) -> Iterator[None]:
         except BlockingIOError:
             print_log(f"Waiting for another process to build {folder} ...")
             fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+        yield
 
 
 def _clear_leftovers(folder: Path) -> None:

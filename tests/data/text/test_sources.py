@@ -310,3 +310,9 @@ def test_processes_starting_together_build_once(tmp_path, text_file):
     results = {line for o in outputs for line in o.splitlines() if line.startswith("RESULT")}
     assert len(results) == 1, results  # the same files, tokens and tokenizer everywhere
     assert not list((tmp_path / "cache" / "text").glob("*.tmp-*"))
+
+
+def test_unwritable_cache_is_a_data_error(tmp_path, text_file):
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(DataError, match="Cannot create the corpus cache .*LIBAI_CACHE_DIR"):
+        load_corpus(text_file, tokenizer=WP, cache_dir=tmp_path / "file")

@@ -1,0 +1,18 @@
+"""Suite-wide settings."""
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _text_cache(tmp_path_factory):
+    # The text configs build the built-in corpus into a cache on first use: one per test session,
+    # never the user's ~/.cache. Child processes (tools run by the tests) inherit it.
+    old = os.environ.get("LIBAI_CACHE_DIR")
+    os.environ["LIBAI_CACHE_DIR"] = str(tmp_path_factory.mktemp("libai_cache"))
+    yield
+    if old is None:
+        os.environ.pop("LIBAI_CACHE_DIR", None)
+    else:
+        os.environ["LIBAI_CACHE_DIR"] = old

@@ -370,7 +370,7 @@ def build_tokenizer(spec: Any, texts: Any = None) -> TextTokenizer:
                 "tokenizer=dict(...) trains a tokenizer, which needs the corpus text; give a "
                 "tokenizer file instead."
             )
-        return TextTokenizer.train(texts(), kind, **opts)
+        return TextTokenizer.train(texts, kind, **opts)
     raise ConfigError(
         f"tokenizer must be a path or dict(type='wordpiece' | 'bpe', vocab_size=...), got "
         f"{type(spec).__name__} {spec!r}."

@@ -1,4 +1,5 @@
 import json
+import logging
 import os
 import re
 import sys
@@ -162,20 +163,24 @@ def test_tensorboard_events(make_runner, run_iters):
     assert "train/lr" in acc.Tags()["scalars"]
 
 
-def test_tensorboard_missing_warns_once(tmp_path, monkeypatch, caplog):
+def test_tensorboard_missing_warns_once(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorboard.compat.proto.event_pb2", None)
     monkeypatch.setattr(log_backends, "_tb_warned", False)
-    lib_logger = log_backends._logger
-    monkeypatch.setattr(lib_logger, "propagate", True)
-    with caplog.at_level("WARNING", logger=lib_logger.name):
+    # a handler of our own: caplog's reaches a non-propagating logger only if pytest attached it
+    # there, which depends on what earlier tests did to the logger
+    records = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    log_backends._logger.addHandler(handler)
+    try:
         for _ in range(2):
             backend = TensorboardBackend()
             backend.open(str(tmp_path))
             backend.add_scalars({"a": 1.0}, 1)
             backend.close()
-    warnings = [
-        r.getMessage() for r in caplog.records if "TensorBoard logging is off" in r.getMessage()
-    ]
+    finally:
+        log_backends._logger.removeHandler(handler)
+    warnings = [r.getMessage() for r in records if "TensorBoard logging is off" in r.getMessage()]
     assert len(warnings) == 1 and "pip install tensorboard" in warnings[0]
 
 

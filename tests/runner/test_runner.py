@@ -358,17 +358,17 @@ def test_model_and_data_must_agree_on_vocabulary_and_length(tmp_path):
             super().__init__()
             self.vocab_size, self.max_position_embeddings = vocab_size, max_position_embeddings
 
-    def loader(**kw):
+    def loader():
         return dict(dataset=_TextLikeDataset(), batch_size=4)
 
     runner = make(tmp_path, model=TextLikeModel(120, 512), train_dataloader=loader())
     with pytest.raises(ConfigError) as exc:
-        runner.train_loop
+        _ = runner.train_loop
     assert str(exc.value).startswith(
         "model.vocab_size=120 but the tokenizer of train_dataloader.dataset (vocab.txt) has 100 "
         "tokens: set model.vocab_size=100")
     runner = make(tmp_path, model=TextLikeModel(100, 32), train_dataloader=loader())
     with pytest.raises(ConfigError, match="sequences of 64 tokens but the model has only "
                                           "max_position_embeddings=32"):
-        runner.train_loop
-    make(tmp_path, model=TextLikeModel(100, 64), train_dataloader=loader()).train_loop
+        _ = runner.train_loop
+    assert make(tmp_path, model=TextLikeModel(100, 64), train_dataloader=loader()).train_loop

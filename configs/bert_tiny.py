@@ -2,7 +2,7 @@
 # built-in Shakespeare (masked LM + next sentence), sequences of 128 tokens, an 8,192-token
 # WordPiece vocabulary. Trains on 2 CPU cores in a few minutes:
 #   python tools/train.py configs/bert_tiny.py
-#   python tools/test.py configs/bert_tiny.py work_dirs/bert_tiny/iter_3000.pth
+#   python tools/test.py configs/bert_tiny.py work_dirs/bert_tiny/iter_1500.pth
 _base_ = [
     "_base_/models/bert.py",
     "_base_/datasets/shakespeare_bert.py",
@@ -27,9 +27,9 @@ model = dict(
 # a small model on little data learns faster with a larger rate and a short warm-up
 optim_wrapper = dict(optimizer=dict(lr=1e-3))
 param_scheduler = [
-    dict(type="LinearLR", start_factor=1e-3, begin=0, end=200),
-    dict(type="PolyLR", power=1.0, eta_min=0.0, begin=200),
+    dict(type="LinearLR", start_factor=1e-3, begin=0, end=100),
+    dict(type="PolyLR", power=1.0, eta_min=0.0, begin=100),
 ]
-train_cfg = dict(max_iters=3000, val_interval=1000)
-default_hooks = dict(checkpoint=dict(interval=1000))
+train_cfg = dict(max_iters=1500, val_interval=500)
+default_hooks = dict(checkpoint=dict(interval=500))
 work_dir = "work_dirs/bert_tiny"

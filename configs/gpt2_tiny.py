@@ -1,8 +1,8 @@
-# A tiny GPT-2 (4 layers, hidden 256, 4 heads) trained from scratch on the built-in Shakespeare,
+# A tiny GPT-2 (4 layers, hidden 128, 4 heads) trained from scratch on the built-in Shakespeare,
 # blocks of 128 tokens, an 8,192-token byte-level BPE vocabulary. Trains on 2 CPU cores in a few
 # minutes; then sample from it:
 #   python tools/train.py configs/gpt2_tiny.py
-#   python tools/generate.py configs/gpt2_tiny.py work_dirs/gpt2_tiny/iter_3000.pth --prompt "ROMEO:"
+#   python tools/generate.py configs/gpt2_tiny.py work_dirs/gpt2_tiny/iter_1200.pth --prompt "ROMEO:"
 _base_ = [
     "_base_/models/gpt2.py",
     "_base_/datasets/shakespeare_gpt.py",
@@ -13,7 +13,7 @@ _vocab_size = 8192  # the tokenizer is trained to exactly this size; the model m
 _seq = 128
 _data = dict(
     dataset=dict(corpus=dict(tokenizer=dict(vocab_size=_vocab_size)), seq_length=_seq),
-    batch_size=32,
+    batch_size=16,
 )
 train_dataloader = _data
 val_dataloader = _data
@@ -21,16 +21,16 @@ test_dataloader = _data
 
 model = dict(
     vocab_size=_vocab_size,
-    hidden_size=256,
+    hidden_size=128,
     num_layers=4,
     num_heads=4,
     max_position_embeddings=_seq,
 )
 optim_wrapper = dict(optimizer=dict(lr=1e-3))
 param_scheduler = [
-    dict(type="LinearLR", start_factor=1e-3, begin=0, end=200),
-    dict(type="CosineAnnealingLR", eta_min=1e-4, begin=200),
+    dict(type="LinearLR", start_factor=1e-3, begin=0, end=100),
+    dict(type="CosineAnnealingLR", eta_min=1e-4, begin=100),
 ]
-train_cfg = dict(max_iters=3000, val_interval=1000)
-default_hooks = dict(checkpoint=dict(interval=1000))
+train_cfg = dict(max_iters=1200, val_interval=400)
+default_hooks = dict(checkpoint=dict(interval=400))
 work_dir = "work_dirs/gpt2_tiny"

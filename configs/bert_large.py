@@ -10,7 +10,8 @@
 # see docs/text.md.
 #
 #   python tools/train.py configs/bert_large.py --fast-dev-run          # 2 steps, even on a CPU
-#   python tools/train.py configs/bert_large.py --cfg-options model.num_layers=2 train_cfg.max_iters=1000
+#   python tools/train.py configs/bert_large.py --cfg-options model.num_layers=2 \
+#       train_dataloader.batch_size=2 optim_wrapper.accumulative_counts=1 train_cfg.max_iters=20
 import torch
 
 _base_ = [

@@ -1,5 +1,6 @@
 """Suite-wide settings."""
 
+import logging
 import os
 
 import pytest
@@ -16,3 +17,15 @@ def _text_cache(tmp_path_factory):
         os.environ.pop("LIBAI_CACHE_DIR", None)
     else:
         os.environ["LIBAI_CACHE_DIR"] = old
+
+
+@pytest.fixture(autouse=True)
+def _drop_run_log_files():
+    # each Runner adds a file handler for its run folder to the libai logger; drop them between
+    # tests so that a test's log never goes to another test's folder
+    yield
+    logger = logging.getLogger("libai")
+    for h in list(logger.handlers):
+        if isinstance(h, logging.FileHandler):
+            logger.removeHandler(h)
+            h.close()

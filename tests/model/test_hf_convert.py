@@ -1,7 +1,6 @@
 """Hugging Face weights both ways: equal logits after loading and after exporting; load_from."""
 
 import json
-import logging
 import os
 import sys
 
@@ -204,16 +203,6 @@ def gpt2_folder(tmp_path):
 def make_runner(tmp_path, model, **cfg):
     return Runner.from_cfg(dict(model=model, work_dir=str(tmp_path / "work"),
                                 log_level="WARNING", **cfg))
-
-
-@pytest.fixture(autouse=True)
-def _drop_run_log_handlers():
-    yield
-    logger = logging.getLogger("libai")
-    for h in list(logger.handlers):
-        if isinstance(h, logging.FileHandler):
-            logger.removeHandler(h)
-            h.close()
 
 
 def test_runner_loads_a_hugging_face_folder(tmp_path, gpt2_folder):

@@ -1,5 +1,3 @@
-import logging
-
 import pytest
 import resume_helpers
 import torch
@@ -15,9 +13,3 @@ def _fresh_state():
     yield
     torch.set_num_threads(threads)
     resume_helpers.LOADED.clear()
-    # each Runner adds a file handler for its run folder; drop them between tests
-    logger = logging.getLogger("libai")
-    for h in list(logger.handlers):
-        if isinstance(h, logging.FileHandler):
-            logger.removeHandler(h)
-            h.close()

@@ -1,0 +1,62 @@
+"""The text configs through tools/train.py and tools/test.py, as a user runs them."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BERT_TINY = os.path.join(ROOT, "configs", "bert_tiny.py")
+
+
+def run(*args):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def metrics(log, prefix):
+    return {k: float(v) for k, v in re.findall(rf"({prefix}/[\w/]+): ([\d.]+)", log)}
+
+
+def test_bert_tiny_learns_and_test_tool_reproduces_its_metrics(tmp_path):
+    out = run("tools/train.py", BERT_TINY, "--work-dir", str(tmp_path), "--cfg-options",
+              "train_cfg.max_iters=120", "train_cfg.val_interval=120",
+              "default_hooks.checkpoint.interval=120")
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    assert "mlm_loss" in log and "nsp_loss" in log  # logged separately
+    val = metrics(log, "val")
+    assert val["val/mlm/accuracy"] > 0.05 and val["val/mlm/perplexity"] < 2000, val  # random: 0, ~8000
+    test = run("tools/test.py", BERT_TINY, str(tmp_path / "iter_120.pth"), "--work-dir",
+               str(tmp_path / "test"))
+    assert test.returncode == 0, test.stderr[-3000:]
+    assert metrics(test.stdout + test.stderr, "test") == metrics(log, "test")
+
+
+@pytest.mark.parametrize("options, message", [
+    (["model.vocab_size=1000"], "corpus.tokenizer.json) has 8192 tokens: set "
+                                "model.vocab_size=8192"),
+    (["train_dataloader.dataset.max_seq_length=256"],
+     "train_dataloader.dataset makes sequences of 256 tokens but the model has only "
+     "max_position_embeddings=128"),
+    (["train_dataloader.dataset.corpus.source=shakespear"], "Did you mean 'shakespeare'"),
+])
+def test_text_mistakes_are_one_line(tmp_path, options, message):
+    out = run("tools/train.py", BERT_TINY, "--work-dir", str(tmp_path), "--cfg-options", *options)
+    assert out.returncode == 2, out.stderr[-3000:]
+    error = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and message in error[0], out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
+def test_bert_large_fast_dev_run_on_cpu(tmp_path):
+    # the real BERT-large (24 layers, 336 M parameters, sequences of 512): ~70 s, ~9 GB here
+    out = run("tools/train.py", os.path.join(ROOT, "configs", "bert_large.py"), "--work-dir",
+              str(tmp_path), "--fast-dev-run")
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    assert "Iter [2/" in log and "val/mlm/accuracy" in log
+    assert not any(name.endswith(".pth") for name in os.listdir(tmp_path))  # nothing saved

@@ -13,7 +13,8 @@
 #
 #   python tools/train.py configs/bert_large.py --fast-dev-run          # 2 steps, even on a CPU
 #   python tools/train.py configs/bert_large.py --cfg-options model.num_layers=2 \
-#       train_dataloader.batch_size=2 optim_wrapper.accumulative_counts=1 train_cfg.max_iters=20
+#       train_dataloader.batch_size=2 optim_wrapper.accumulative_counts=1 train_cfg.max_iters=30 \
+#       param_scheduler.0.end=5 param_scheduler.1.begin=5      # a short run with a short warm-up
 import torch
 
 _base_ = [

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BERT_TINY = os.path.join(ROOT, "configs", "bert_tiny.py")
@@ -60,3 +61,23 @@ def test_bert_large_fast_dev_run_on_cpu(tmp_path):
     assert out.returncode == 0, log[-3000:]
     assert "Iter [2/" in log and "val/mlm/accuracy" in log
     assert not any(name.endswith(".pth") for name in os.listdir(tmp_path))  # nothing saved
+
+
+@pytest.mark.slow
+def test_bert_large_shrunk_to_two_layers_trains(tmp_path):
+    from libai.config import Config
+    from libai.runner import Runner
+
+    cfg = Config.fromfile(os.path.join(ROOT, "configs", "bert_large.py"))
+    cfg.merge_from_options(["model.num_layers=2", "train_dataloader.batch_size=2",
+                            "optim_wrapper.accumulative_counts=1", "train_cfg.max_iters=3",
+                            "param_scheduler.0.end=2", "param_scheduler.1.begin=2"])
+    cfg.work_dir = str(tmp_path)
+    cfg.val_dataloader = None  # training only
+    cfg.default_hooks = dict(logger=dict(interval=1, progress_bar=False, plot=False),
+                             checkpoint=None)
+    runner = Runner.from_cfg(cfg)
+    before = runner.unwrapped_model.bert.blocks[0].mlp.fc1.weight.detach().clone()
+    runner.train()
+    assert runner.iter == 3 and len(runner.unwrapped_model.bert.blocks) == 2
+    assert not torch.equal(before, runner.unwrapped_model.bert.blocks[0].mlp.fc1.weight)

@@ -4,14 +4,10 @@ from .bert_dataset import NEXT_SENTENCE_TASKS, BertPretrainingDataset
 from .corpus import SPLITS, TextCorpus
 from .gpt_dataset import GPTDataset
 from .indexed import IndexedTokenDataset, IndexedTokenWriter, index_paths, token_dtype
-from .preprocess import INPUT_FORMATS, preprocess_corpus, preprocess_documents, read_documents
-from .sources import (
-    BUILTIN_CORPORA,
-    default_cache_dir,
-    load_corpus,
-    shakespeare_documents,
-    shakespeare_files,
-)
+from .preprocess import preprocess_corpus, preprocess_documents
+from .reading import INPUT_FORMATS, read_documents
+from .shakespeare import shakespeare_documents, shakespeare_files
+from .sources import BUILTIN_CORPORA, default_cache_dir, load_corpus
 from .tokenizer import TOKENIZER_KINDS, TextTokenizer, build_tokenizer
 
 __all__ = [

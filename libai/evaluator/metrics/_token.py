@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
@@ -75,9 +76,9 @@ class TokenMetric(BaseMetric):
             zip(sums.astype(self.sum_dtype).tolist(), count.astype(np.int64).tolist())
         )
 
+    @abstractmethod
     def sums_from_logits(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """``(B,)`` per-sequence sums from logits (B, T, V) and long labels (B, T)."""
-        raise NotImplementedError
 
     @staticmethod
     def totals(results: list[Any]) -> tuple[float, int]:

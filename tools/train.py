@@ -1,6 +1,6 @@
 """Train a model from a config file.
 
-    python tools/train.py configs/digits_mlp.py [--work-dir DIR] [--amp] [--resume [PATH]]
+    python tools/train.py configs/digits_mlp.py [--work-dir DIR] [--amp] [--graph] [--resume [PATH]]
         [--load-from PATH] [--fast-dev-run] [--cfg-options key=value ...] [--debug]
 
 Under torchrun (``torchrun --nproc_per_node 2 tools/train.py CONFIG``) each process trains one
@@ -23,6 +23,9 @@ def parse_args(argv=None):
     parser.add_argument("--work-dir", help="folder for logs and checkpoints (overrides work_dir)")
     parser.add_argument("--amp", action="store_true",
                         help="mixed precision: float16 on CUDA, bfloat16 on CPU")
+    parser.add_argument("--graph", action="store_true",
+                        help="graph mode: the training step compiled (GraphOptimWrapper); "
+                             "with --amp, compiled with mixed precision")
     parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="PATH",
                         help="resume from the latest checkpoint in the work dir, or from PATH")
     parser.add_argument("--allow-changes", nargs="+", metavar="KEY", default=None,
@@ -41,10 +44,11 @@ def main(argv=None):
     cfg.merge_from_options(args.cfg_options or {})
     if args.work_dir:
         cfg.work_dir = args.work_dir
-    if args.amp:
+    if args.amp or args.graph:
         wrapper = dict(cfg.optim_wrapper)
-        wrapper["type"] = "AmpOptimWrapper"
-        wrapper.setdefault("dtype", "float16" if torch.cuda.is_available() else "bfloat16")
+        wrapper["type"] = "GraphOptimWrapper" if args.graph else "AmpOptimWrapper"
+        if args.amp:
+            wrapper.setdefault("dtype", "float16" if torch.cuda.is_available() else "bfloat16")
         cfg.optim_wrapper = wrapper
     if args.resume is not None:
         cfg.resume = args.resume

@@ -6,6 +6,7 @@ PARAM_SCHEDULERS.
 """
 
 from .amp_optim_wrapper import AmpOptimWrapper
+from .graph_optim_wrapper import GraphOptimWrapper
 from .constructor import DefaultOptimWrapperConstructor, build_optim_wrapper
 from .optim_wrapper import OptimWrapper
 from .optimizers import TORCH_OPTIMIZERS
@@ -27,6 +28,7 @@ from .scheduler import (
 __all__ = [
     "OptimWrapper",
     "AmpOptimWrapper",
+    "GraphOptimWrapper",
     "DefaultOptimWrapperConstructor",
     "build_optim_wrapper",
     "TORCH_OPTIMIZERS",

@@ -3,6 +3,7 @@ the part; none of them keeps state. Parts given as objects instead of dicts are 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from torch import nn
@@ -42,7 +43,7 @@ TOP_LEVEL_KEYS = {
     "randomness": "dict(seed=..., deterministic=False, diff_rank_seed=False)",
     "env_cfg": "dict(dist_backend=None, dist_timeout=1800)",
     "device": "'auto' (default), 'cpu', 'cuda' or 'cuda:N'",
-    "compile": "graph mode: True or torch.compile options",
+    "compile": "the forward compiled: True or torch.compile options (graph mode is optim_wrapper.type='GraphOptimWrapper')",
     "model_wrapper_cfg": "extra DistributedDataParallel arguments",
     "log_level": "'INFO' (default), 'DEBUG', 'WARNING'",
     "load_from": "weights to load (no resume): a path, or dict(path=..., strict=True, remap=...)",
@@ -63,6 +64,33 @@ def validate_top_level(cfg: Any) -> None:
             )
     if "model" not in cfg:
         raise ConfigError("The config has no 'model' key: add model=dict(type='YourModel', ...).")
+
+
+def graph_mode(cfg: Any) -> dict | None:
+    """The GraphModule arguments when ``optim_wrapper`` is a GraphOptimWrapper, else None.
+
+    Read from the config, not from a built wrapper: ``tools/test.py`` never builds the optimizer
+    but evaluates compiled all the same.
+    """
+    from libai.optim import GraphOptimWrapper
+    from libai.registry import OPTIM_WRAPPERS
+
+    wrapper = cfg.get("optim_wrapper")
+    if isinstance(wrapper, GraphOptimWrapper):
+        return dict(compile=wrapper.compile_options, on_failure=wrapper.on_failure)
+    if not isinstance(wrapper, Mapping) or not isinstance(wrapper.get("type"), str):
+        return None
+    cls = OPTIM_WRAPPERS.get(wrapper["type"])
+    if not (isinstance(cls, type) and issubclass(cls, GraphOptimWrapper)):
+        return None
+    if cfg.get("compile"):
+        raise ConfigError(
+            "compile=... and optim_wrapper.type='GraphOptimWrapper' both ask for graph mode: "
+            "remove compile and give its options as optim_wrapper.compile.")
+    from libai.model.graph import compile_options
+
+    return dict(compile=compile_options(wrapper.get("compile"), wrapper.get("exact_random", True)),
+                on_failure=wrapper.get("on_failure", "eager"))
 
 
 def build_model(cfg: Any) -> nn.Module:

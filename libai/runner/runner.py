@@ -18,6 +18,7 @@ from torch import nn
 from libai.hooks.hook import STAGES, Hook, get_priority
 from libai.model import compile_model, make_train_step, wrap_ddp
 from libai.model import test_step as default_eval_step
+from libai.model.graph import GraphModule
 from libai.registry import RUNNERS
 from libai.utils import dist
 from libai.utils.errors import CheckpointError, ConfigError
@@ -107,8 +108,11 @@ class Runner(CheckpointMixin):
             self._config_text = f.read()  # checkpoints carry it: formatting it again is slow
 
     def _wrap(self, model: nn.Module) -> nn.Module:
+        graph = build.graph_mode(self.cfg)
         if dist.is_distributed():
             model = wrap_ddp(model, self.device, **dict(self.cfg.get("model_wrapper_cfg") or {}))
+        if graph is not None:
+            return GraphModule(model, **graph)
         return compile_model(model, self.cfg.get("compile") or False)
 
     def _default_hooks(self) -> dict:
@@ -174,6 +178,8 @@ class Runner(CheckpointMixin):
                 raise ConfigError("Training needs 'optim_wrapper', e.g. optim_wrapper=dict("
                                   "optimizer=dict(type='AdamW', lr=1e-3)).")
             self._optim_wrapper = build_optim_wrapper(self.unwrapped_model, self.cfg.optim_wrapper)
+            if isinstance(self.model, GraphModule) and hasattr(self._optim_wrapper, "bind_model"):
+                self._optim_wrapper.bind_model(self.model)
             if "after_backward" in self._stage_hooks:
                 self._optim_wrapper.register_after_backward(lambda: self.call_hook("after_backward"))
         return self._optim_wrapper
@@ -280,6 +286,8 @@ class Runner(CheckpointMixin):
             self._load_or_resume()
             self.optim_wrapper.initialize_count_status(self.model, loop.iter, loop.max_iters)
             loop.run()
+            if isinstance(self.model, GraphModule):
+                self.logger.info(self.model.report(final=True))
             self.wait_for_checkpoints()
         finally:
             try:

@@ -1,0 +1,189 @@
+"""Graph mode: GraphOptimWrapper + GraphModule equal eager within tolerance, and the guard rails.
+
+torch.compile is slow to start on this CPU (seconds per graph, more when the on-disk cache is
+cold), so the models are tiny and each test compiles few graphs.
+"""
+
+import logging
+import os
+
+import pytest
+import torch
+from torch import nn
+from torch._dynamo.backends.common import aot_autograd
+
+from libai.model import DigitsMLP, make_train_step
+from libai.model.graph import GraphModeError, GraphModule
+from libai.optim import (
+    AmpOptimWrapper,
+    GraphOptimWrapper,
+    OptimWrapper,
+    apply_schedulers,
+    build_param_schedulers,
+)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()  # every test compiles from its own cache entries
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def libai_log(caplog):
+    caplog.set_level(logging.INFO, logger="libai")
+    return lambda: "\n".join(dict.fromkeys(r.getMessage() for r in caplog.records))
+
+
+def digits_batches(n, sizes=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    sizes = sizes or [16] * n
+    return [dict(inputs=torch.randn(b, 64, generator=g), labels=torch.randint(0, 10, (b,), generator=g))
+            for b in sizes]
+
+
+def train(make_model, batches, graph, dtype=None, common=None, **graph_kw):
+    """Train on ``batches`` with a cosine schedule (a new lr every step); eager or graph."""
+    torch.manual_seed(0)
+    model = make_model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    common = common or {}
+    if graph:
+        wrapper = GraphOptimWrapper(opt, dtype=dtype, **common, **graph_kw)
+        forward = GraphModule(model, compile=wrapper.compile_options, on_failure=wrapper.on_failure)
+        wrapper.bind_model(forward)
+    else:
+        forward = model
+        wrapper = AmpOptimWrapper(opt, dtype=dtype, **common) if dtype else OptimWrapper(opt, **common)
+    schedulers = build_param_schedulers([dict(type="CosineAnnealingLR", eta_min=1e-4)], opt,
+                                        max_iters=len(batches))
+    wrapper.initialize_count_status(model, 0, len(batches))
+    step = make_train_step(model, forward)
+    losses = []
+    for t, batch in enumerate(batches):
+        apply_schedulers(opt, schedulers, t)
+        losses.append(float(step(batch, wrapper)["loss"]))
+    return model, losses, forward, wrapper
+
+
+CASES = {
+    "plain": dict(),
+    "accumulate2_clip": dict(common=dict(accumulative_counts=2, clip_grad=dict(type="norm", max_norm=0.5))),
+    "bf16": dict(dtype="bfloat16"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_graph_equals_eager_digits_mlp(case, libai_log):
+    """Dropout on (drawn as eager draws it), lr changing every step, 6 steps."""
+    batches = digits_batches(6)
+    eager, eager_losses, _, _ = train(DigitsMLP, batches, graph=False, **CASES[case])
+    graph, graph_losses, forward, wrapper = train(DigitsMLP, batches, graph=True, **CASES[case])
+    rtol = 2e-2 if case == "bf16" else 1e-4
+    torch.testing.assert_close(graph_losses, eager_losses, rtol=rtol, atol=1e-5)
+    for (name, p), q in zip(eager.named_parameters(), graph.parameters()):
+        if case == "bf16":  # AdamW moves a weight whose bf16 gradient rounds the other way by lr
+            assert (q - p).abs().mean() < 1e-3, name
+        else:
+            torch.testing.assert_close(q, p, rtol=rtol, atol=1e-6, msg=name)
+    assert not forward.eager and wrapper._update_compiled
+    assert forward.training_recompiles == 0  # a new lr every step is new data, not a new graph
+    log = libai_log()
+    assert "Graph mode parity check, step 1" in log and "equal within rtol" in log
+    assert "Graph mode: first call per graph (compile) train" in log
+    assert "the update (clipping, optimizer step) compiled" in log
+    if case == "accumulate2_clip":
+        assert wrapper.scalars()["grad_norm"] > 0
+
+
+class Chatty(DigitsMLP):
+    def forward(self, batch):
+        print("a side effect dynamo cannot put in a graph")
+        return super().forward(batch)
+
+
+def test_compile_failure_falls_back_to_eager_with_one_warning(libai_log):
+    batches = digits_batches(3)
+    _, eager_losses, _, _ = train(DigitsMLP, batches, graph=False)
+    _, losses, forward, wrapper = train(Chatty, batches, graph=True, compile=dict(fullgraph=True))
+    assert forward.eager and wrapper.eager
+    assert losses == eager_losses  # eager from the first step on: the same numbers
+    warnings = [line for line in libai_log().splitlines() if "torch.compile failed" in line]
+    assert len(warnings) == 1
+    assert "failed on the forward of Chatty (Unsupported" in warnings[0]
+    assert "training continues in eager mode" in warnings[0]
+
+
+def test_compile_failure_raises_when_asked():
+    with pytest.raises(GraphModeError, match="torch.compile failed on the forward of Chatty") as exc:
+        train(Chatty, digits_batches(1), graph=True, compile=dict(fullgraph=True), on_failure="raise")
+    assert "on_failure='eager'" in str(exc.value)
+
+
+def test_backward_that_fails_to_compile_falls_back_for_the_same_step(libai_log):
+    def no_backward(gm, example_inputs):
+        raise RuntimeError("no backward compiler here")
+
+    backend = aot_autograd(fw_compiler=lambda gm, example_inputs: gm, bw_compiler=no_backward)
+    batches = digits_batches(3)
+    _, eager_losses, _, _ = train(DigitsMLP, batches, graph=False)
+    model, losses, forward, _ = train(DigitsMLP, batches, graph=True, compile=dict(backend=backend))
+    assert forward.eager
+    torch.testing.assert_close(losses, eager_losses)
+    assert "torch.compile failed on the backward of DigitsMLP" in libai_log()
+
+
+class Noisy(DigitsMLP):
+    """Nondeterministic beyond torch's RNG: the compiled and the eager call never agree."""
+
+    def forward(self, batch):
+        out = super().forward(batch)
+        out["loss"] = out["loss"] + int.from_bytes(os.urandom(2), "little") / 1000
+        return out
+
+
+def test_parity_mismatch_stops_naming_the_step_and_both_values():
+    with pytest.raises(GraphModeError) as exc:
+        train(Noisy, digits_batches(2), graph=True, compile=dict(backend="aot_eager"))
+    msg = str(exc.value)
+    assert msg.startswith("Graph mode parity check, step 1: loss ")
+    assert "compiled vs" in msg and "eager, gradient norm" in msg and "differ by more than rtol=0.0001" in msg
+
+
+def test_parity_mismatch_can_continue_eager(libai_log):
+    _, losses, forward, wrapper = train(Noisy, digits_batches(3), graph=True, on_mismatch="eager",
+                                        compile=dict(backend="aot_eager"))
+    assert forward.eager and wrapper.eager and len(losses) == 3
+    assert "this step uses the eager gradients and training continues in eager mode" in libai_log()
+
+
+def test_recompile_storm_is_reported_with_the_fix(libai_log):
+    batches = digits_batches(5, sizes=[8, 9, 10, 11, 12])
+    _, _, forward, _ = train(DigitsMLP, batches, graph=True, verify_steps=0,
+                             compile=dict(dynamic=False, backend="aot_eager"))
+    assert forward.training_recompiles == 4
+    log = libai_log()
+    assert "the training graph was recompiled 3 times" in log
+    assert "size mismatch" in log and "pad them to a fixed length" in log and "dynamic=True" in log
+
+
+def test_options_are_checked():
+    opt = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)
+    with pytest.raises(Exception, match="compile.fulgraph is not a torch.compile argument.*'fullgraph'"):
+        GraphOptimWrapper(opt, compile=dict(fulgraph=True))
+    with pytest.raises(Exception, match="compile.mode='reduce-overhed'.*'reduce-overhead'"):
+        GraphOptimWrapper(opt, compile=dict(mode="reduce-overhed"))
+    with pytest.raises(Exception, match="on_failure='eagr'.*'eager'"):
+        GraphOptimWrapper(opt, on_failure="eagr")
+
+
+def test_checkpoints_hold_float_learning_rates_and_load_into_the_same_tensor():
+    model = nn.Linear(4, 2)
+    wrapper = GraphOptimWrapper(torch.optim.AdamW(model.parameters(), lr=1e-3))
+    lr = wrapper.optimizer.param_groups[0]["lr"]
+    assert isinstance(lr, torch.Tensor)
+    assert isinstance(wrapper.state_dict()["optimizer"]["param_groups"][0]["lr"], float)
+    eager = OptimWrapper(torch.optim.AdamW(nn.Linear(4, 2).parameters(), lr=5e-3))
+    wrapper.load_state_dict(eager.state_dict())
+    assert wrapper.optimizer.param_groups[0]["lr"] is lr and float(lr) == 5e-3

@@ -333,6 +333,7 @@ class Runner(CheckpointMixin):
             + f", effective batch size {batch} x {self.world_size} process(es) x {acc} accumulation "
             f"= {batch * self.world_size * acc}"
         )
+        self.logger.info(f"Optimizer: {self.optim_wrapper!r}")
 
 
 def _config_name(cfg: Any) -> str:

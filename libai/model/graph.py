@@ -313,4 +313,8 @@ class GraphModule(nn.Module):
 
 
 def _where_kind(reason: str) -> str:
-    return "(torch.optim's own, by design)" if "torch/optim/" in reason else "(in the model)"
+    if "torch/optim/" in reason:
+        return "(torch.optim's own, by design)"
+    if "torch/nn/parallel/" in reason or "DistributedDataParallel" in reason:
+        return "(DDP's own: its forward runs eager around the compiled model)"
+    return "(in the model)"

@@ -314,17 +314,24 @@ def test_resume_refuses_schedule_changes_unless_allowed(tmp_path):
     assert "From the checkpoint: model weights" in log
 
 
-@pytest.mark.slow
-def test_graph_mode_compiles_the_same_model(tmp_path):
-    """compile=True is a config switch: same model code, same checkpoint keys, close results."""
+def test_compile_key_compiles_the_forward_of_the_same_model(tmp_path):
+    """compile=... is a config switch: same model code, same checkpoint keys, close results.
+    (Graph mode proper, GraphOptimWrapper with inductor: tests/optim/test_graph_mode.py.)"""
+    torch._dynamo.reset()
     eager = make(tmp_path / "eager", train_cfg=dict(max_iters=4, val_interval=2)).train()
-    runner = make(tmp_path / "graph", train_cfg=dict(max_iters=4, val_interval=2), compile=True)
+    runner = make(tmp_path / "graph", train_cfg=dict(max_iters=4, val_interval=2),
+                  compile=dict(backend="aot_eager"))
     assert runner.model is not runner.unwrapped_model  # the compiled wrapper
     graph = runner.train()
     for key, value in eager.state_dict().items():
         torch.testing.assert_close(graph.state_dict()[key], value, rtol=1e-4, atol=1e-5)
     ckpt = torch.load(os.path.join(runner.work_dir, "iter_4.pth"))
     assert set(ckpt["state_dict"]) == set(eager.state_dict())  # no _orig_mod. prefix
+
+
+def test_compile_and_graph_optim_wrapper_together_is_one_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="both ask for graph mode: remove compile"):
+        make(tmp_path, compile=True, optim_wrapper=dict(type="GraphOptimWrapper"))
 
 
 @pytest.mark.parametrize("loop", ["iter", "epoch"])

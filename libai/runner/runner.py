@@ -235,6 +235,11 @@ class Runner(CheckpointMixin):
             own = getattr(self.unwrapped_model, "train_step", None)
             step = partial(own, forward=self.model) if own is not None else make_train_step(
                 self.unwrapped_model, self.model, self.device)
+            if own is not None and isinstance(self.model, GraphModule):
+                self.logger.info(
+                    f"Graph mode: {type(self.unwrapped_model).__name__} has its own train_step: "
+                    f"its calls to forward are compiled and update_params steps with the compiled "
+                    f"update; the rest of its train_step runs eager.")
             self._train_step = step
         return step
 

@@ -192,14 +192,14 @@ def test_checkpoints_hold_float_learning_rates_and_load_into_the_same_tensor():
 def tiny_gpt():
     from libai.model import GPTForCausalLM
 
-    return GPTForCausalLM(vocab_size=99, hidden_size=32, num_layers=2, num_heads=4,
+    return GPTForCausalLM(vocab_size=99, hidden_size=32, num_layers=1, num_heads=4,
                           max_position_embeddings=64)
 
 
 def tiny_bert():
     from libai.model import BertForPreTraining
 
-    return BertForPreTraining(vocab_size=99, hidden_size=32, num_layers=2, num_heads=4,
+    return BertForPreTraining(vocab_size=99, hidden_size=32, num_layers=1, num_heads=4,
                               ffn_hidden_size=37, max_position_embeddings=64)
 
 

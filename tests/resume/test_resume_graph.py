@@ -67,3 +67,25 @@ def test_evaluation_is_compiled_without_recompiling_training(tmp_path):
     runner = rh.train(cfg)
     assert "eval" in runner.model.compile_seconds  # the evaluation step ran compiled
     assert runner.model.training_recompiles == 0  # and training kept its graph
+
+
+def test_graph_optim_wrapper_options_pass_through_the_config(tmp_path):
+    """paramwise groups each get their own lr tensor; verify_steps checks that many steps."""
+    cfg = config(tmp_path, graph=True)
+    cfg["optim_wrapper"].update(paramwise_cfg=dict(bias_lr_mult=2.0), verify_steps=2,
+                                compile=dict(backend="aot_eager"))
+    cfg["log_level"] = "INFO"
+    records = rh.LogRecords()
+    import logging
+
+    logging.getLogger("libai").addHandler(records)
+    try:
+        runner = rh.train(cfg)
+    finally:
+        logging.getLogger("libai").removeHandler(records)
+    groups = runner.optim_wrapper.param_groups
+    assert len(groups) == 2 and all(isinstance(g["lr"], torch.Tensor) for g in groups)
+    assert groups[1]["initial_lr"] == pytest.approx(2 * groups[0]["initial_lr"])
+    checks = [m for m in records.messages if m.startswith("Graph mode parity check")]
+    assert [m.split(":")[0] for m in checks] == ["Graph mode parity check, step 1",
+                                                 "Graph mode parity check, step 2"]

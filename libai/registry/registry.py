@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -193,11 +195,12 @@ class Registry:
     def _import_path(self, path: str) -> Any:
         module_name, _, attr = path.rpartition(".")
         try:
-            module = importlib.import_module(module_name)
+            module = _import_module(module_name)
         except ImportError as e:
             raise RegistryError(
                 f"Registry '{self.name}': '{path}' is not a registered name and its module "
-                f"'{module_name}' cannot be imported ({e})."
+                f"'{module_name}' cannot be imported ({e}; searched sys.path and the working "
+                f"directory {os.getcwd()})."
             ) from e
         if not hasattr(module, attr):
             hint = did_you_mean(attr, [a for a in dir(module) if not a.startswith("_")])
@@ -238,6 +241,27 @@ class Registry:
         """Build an object from ``cfg`` (a dict with ``type``); see :func:`build_from_cfg`."""
         func = self._build_func or build_from_cfg
         return func(cfg, self, default_args=default_args, path=path)
+
+
+def _import_module(name: str) -> Any:
+    """``importlib.import_module``, also looking in the working directory if it is not on
+    ``sys.path`` (``python tools/train.py`` puts ``tools/`` there, ``python -m`` the working
+    directory): a project's ``my_pkg.models.Net`` is then found without ``PYTHONPATH``."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        cwd = os.getcwd()
+        searched = {os.path.abspath(p or os.curdir) for p in sys.path if isinstance(p, str)}
+        missing = e.name is not None and (name == e.name or name.startswith(e.name + "."))
+        if not missing or cwd in searched:
+            raise
+    sys.path.insert(0, cwd)
+    try:
+        importlib.invalidate_caches()
+        return importlib.import_module(name)
+    finally:
+        if cwd in sys.path:
+            sys.path.remove(cwd)
 
 
 def build_from_cfg(

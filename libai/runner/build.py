@@ -49,6 +49,7 @@ TOP_LEVEL_KEYS = {
     "load_from": "weights to load (no resume): a path, or dict(path=..., strict=True, remap=...)",
     "resume": "True for the latest checkpoint in work_dir, or a checkpoint path",
     "resume_options": "dict(allow_changes=[...]): schedule changes accepted on resume",
+    "custom_imports": "dict(imports=['my_module']): modules to import before anything is built",
 }
 
 

@@ -24,7 +24,7 @@ from libai.utils import dist
 from libai.utils.errors import CheckpointError, ConfigError
 from libai.utils.message_hub import MessageHub
 
-from . import build, env
+from . import build, env, imports
 from .checkpointing import CheckpointMixin
 
 __all__ = ["Runner"]
@@ -45,6 +45,7 @@ class Runner(CheckpointMixin):
 
         cfg = cfg if isinstance(cfg, Config) else Config(dict(cfg))
         build.validate_top_level(cfg)
+        imports.import_custom_modules(cfg.get("custom_imports"), cfg.filename)
         cfg.freeze()
         self.cfg = cfg
         self.fast_dev_run = int(fast_dev_run)

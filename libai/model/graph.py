@@ -179,6 +179,7 @@ class GraphModule(nn.Module):
         self.verify_steps = 0
         self.train_calls = 0
         self.training_recompiles = 0  # after the first training call
+        self._phases: dict[int, str] = {}  # index in the recompile log -> "train" / "eval"
         self.compile_seconds: dict[str, float] = {}
         self._reference: tuple[nn.Module, Any] | None = None
         self._replay: tuple[tuple, dict, torch.Tensor] | None = None
@@ -216,8 +217,11 @@ class GraphModule(nn.Module):
             return self._fall_back(e, args, kwargs)
         if first:
             self.compile_seconds[phase] = time.perf_counter() - start
-        elif training and len(self._log.recompiles) > recompiles:
-            self._note_training_recompile()
+        if len(self._log.recompiles) > recompiles:
+            for index in range(recompiles, len(self._log.recompiles)):
+                self._phases[index] = phase
+            if training and not first:
+                self._note_training_recompile()
         return out
 
     def _fall_back(self, error: BaseException, args: tuple, kwargs: dict) -> Any:
@@ -294,7 +298,9 @@ class GraphModule(nn.Module):
         return self._log.graph_breaks[self._breaks_at_start:]
 
     def recompiles(self) -> list[str]:
-        return self._log.recompiles[self._recompiles_at_start:]
+        start = self._recompiles_at_start
+        return [f"({self._phases.get(i, 'update')}) {reason}"
+                for i, reason in enumerate(self._log.recompiles[start:], start)]
 
     def report(self, final: bool = False) -> str:
         """One paragraph: compile time, graph breaks and recompiles with their reasons."""

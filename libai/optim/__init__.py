@@ -6,8 +6,8 @@ PARAM_SCHEDULERS.
 """
 
 from .amp_optim_wrapper import AmpOptimWrapper
-from .graph_optim_wrapper import GraphOptimWrapper
 from .constructor import DefaultOptimWrapperConstructor, build_optim_wrapper
+from .graph_optim_wrapper import GraphOptimWrapper
 from .optim_wrapper import OptimWrapper
 from .optimizers import TORCH_OPTIMIZERS
 from .scheduler import (

@@ -22,7 +22,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -33,7 +33,7 @@ from libai.registry import OPTIM_WRAPPERS
 from libai.utils.errors import ConfigError
 from libai.utils.suggest import did_you_mean
 
-from .amp_optim_wrapper import AmpOptimWrapper, _resolve_dtype
+from .amp_optim_wrapper import AmpOptimWrapper
 from .optim_wrapper import OptimWrapper, _check_count
 
 __all__ = ["GraphOptimWrapper"]

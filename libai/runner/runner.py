@@ -292,10 +292,10 @@ class Runner(CheckpointMixin):
             self._load_or_resume()
             self.optim_wrapper.initialize_count_status(self.model, loop.iter, loop.max_iters)
             loop.run()
-            if isinstance(self.model, GraphModule):
-                self.logger.info(self.model.report(final=True))
             self.wait_for_checkpoints()
         finally:
+            if isinstance(self.model, GraphModule) and self.model.train_calls:
+                self.logger.info(self.model.report(final=True))
             try:
                 self.call_hook("after_run")
             finally:

@@ -12,6 +12,10 @@
         constructor="DefaultOptimWrapperConstructor",  # optional
     )
 
+Built objects work too: ``optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3)`` (driven as
+is, on the parameters of the model the runner trains) and ``optim_wrapper=OptimWrapper(...)``
+(used as is).
+
 A custom constructor is any class in OPTIM_WRAPPER_CONSTRUCTORS taking
 ``(optim_wrapper_cfg, paramwise_cfg=None)`` whose instances are called with the model.
 """
@@ -22,6 +26,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 from torch import nn
 
 from libai.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS, OPTIMIZERS
@@ -31,7 +36,7 @@ from libai.utils.suggest import closest, did_you_mean
 from ._build import build_unwrapped
 from .optim_wrapper import OptimWrapper
 
-__all__ = ["DefaultOptimWrapperConstructor", "build_optim_wrapper"]
+__all__ = ["DefaultOptimWrapperConstructor", "build_optim_wrapper", "check_optimizer_params"]
 
 NORM_LAYERS: tuple[type[nn.Module], ...] = (
     nn.modules.batchnorm._BatchNorm,
@@ -97,13 +102,17 @@ class DefaultOptimWrapperConstructor:
     Parameters that end up with the same options share one group. Frozen parameters
     (``requires_grad=False``) are left out of the optimizer.
 
+    ``optimizer`` may also be a built ``torch.optim.Optimizer``: the wrapper then drives it as
+    is (its parameters must belong to the model; ``paramwise_cfg`` cannot apply).
+
     Args:
         optim_wrapper_cfg: The ``optim_wrapper`` config without ``paramwise_cfg`` and
-            ``constructor``; needs ``optimizer``.
+            ``constructor``; needs ``optimizer`` (a dict or a built optimizer).
         paramwise_cfg: See above. Defaults to None (one group, the optimizer's options).
 
     Raises:
-        ConfigError: ``optimizer`` is missing or ``paramwise_cfg`` has unknown keys.
+        ConfigError: ``optimizer`` is missing or neither a dict nor an optimizer,
+            ``paramwise_cfg`` has unknown keys, or is given with a built optimizer.
     """
 
     def __init__(self, optim_wrapper_cfg: Mapping, paramwise_cfg: Mapping | None = None) -> None:
@@ -114,12 +123,34 @@ class DefaultOptimWrapperConstructor:
                 f"optim_wrapper=dict(type='OptimWrapper', optimizer=dict(type='SGD', lr=0.01))."
             )
         self.optim_wrapper_cfg = dict(optim_wrapper_cfg)
-        self.optimizer_cfg = dict(self.optim_wrapper_cfg.pop("optimizer"))
+        optimizer = self.optim_wrapper_cfg.pop("optimizer")
         self.paramwise_cfg = dict(paramwise_cfg or {})
+        # A built optimizer is driven as is; its parameter groups are already made.
+        self.optimizer = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
+        if self.optimizer is not None and self.paramwise_cfg:
+            raise ConfigError(
+                f"optim_wrapper.paramwise_cfg cannot apply to a built optimizer "
+                f"({type(optimizer).__name__}): its parameter groups are already made. Give "
+                f"optim_wrapper.optimizer as a dict (e.g. dict(type="
+                f"'{type(optimizer).__name__}', lr=...)) to use paramwise_cfg, or remove "
+                f"paramwise_cfg and set the groups' options when building the optimizer."
+            )
+        if self.optimizer is None and not isinstance(optimizer, Mapping):
+            raise ConfigError(
+                f"optim_wrapper.optimizer must be a dict such as dict(type='AdamW', lr=1e-3) or "
+                f"a built torch.optim.Optimizer, got {type(optimizer).__name__} {optimizer!r}."
+            )
+        self.optimizer_cfg = {} if self.optimizer is not None else dict(optimizer)
         _check_paramwise_cfg(self.paramwise_cfg)
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
         """Build the optimizer over ``model``'s trainable parameters, then the wrapper."""
+        if self.optimizer is not None:
+            check_optimizer_params(self.optimizer, model, "optim_wrapper.optimizer")
+            wrapper_cfg = {"type": "OptimWrapper", **self.optim_wrapper_cfg}
+            return build_unwrapped(
+                OPTIM_WRAPPERS, wrapper_cfg, {"optimizer": self.optimizer}, "optim_wrapper"
+            )
         if self.paramwise_cfg:
             params: Any = self.param_groups(model)
         else:
@@ -210,7 +241,30 @@ class DefaultOptimWrapperConstructor:
             )
 
 
-def build_optim_wrapper(model: nn.Module, cfg: Mapping[str, Any]) -> OptimWrapper:
+def check_optimizer_params(optimizer: torch.optim.Optimizer, model: nn.Module, path: str) -> None:
+    """Refuse a built optimizer whose parameters are not (all) parameters of ``model``.
+
+    Such an optimizer would step other tensors than the ones the runner trains, and training
+    would silently do nothing, e.g. when the config builds the optimizer on a model of its own
+    and gives ``model`` as a dict, which the runner builds anew.
+    """
+    own = {id(p) for p in model.parameters()}
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    foreign = sum(id(p) not in own for p in params)
+    if not foreign:
+        return
+    name = type(optimizer).__name__
+    model_name = type(getattr(model, "module", model)).__name__
+    raise ConfigError(
+        f"{path}: {foreign} of the {len(params)} parameters of the built {name} are not "
+        f"parameters of the model the runner trains ({model_name}). Build the optimizer "
+        f"on that model: build the model in the config too and give it as model=... "
+        f"(model = MyNet(); optim_wrapper=dict(optimizer=torch.optim.{name}(model.parameters(), "
+        f"lr=...))), or give optim_wrapper.optimizer as a dict: dict(type='{name}', lr=...)."
+    )
+
+
+def build_optim_wrapper(model: nn.Module, cfg: Mapping[str, Any] | OptimWrapper) -> OptimWrapper:
     """Build the optim wrapper described by ``cfg`` (the ``optim_wrapper`` config) for ``model``.
 
     Args:
@@ -219,12 +273,25 @@ def build_optim_wrapper(model: nn.Module, cfg: Mapping[str, Any]) -> OptimWrappe
             ``constructor`` defaults to "DefaultOptimWrapperConstructor". Not modified.
 
     Returns:
-        The built wrapper.
+        The built wrapper; a built OptimWrapper given as ``cfg`` is returned as is.
+
+    Raises:
+        ConfigError: ``cfg`` is neither a dict nor an OptimWrapper, or a built optimizer (or
+            wrapper) holds parameters that are not ``model``'s.
     """
+    if isinstance(cfg, OptimWrapper):
+        check_optimizer_params(cfg.optimizer, model, "optim_wrapper")
+        return cfg
+    if isinstance(cfg, torch.optim.Optimizer):
+        raise ConfigError(
+            f"optim_wrapper is a {type(cfg).__name__}, an optimizer: give it as "
+            f"optim_wrapper=dict(optimizer=<the optimizer>), or an OptimWrapper instance."
+        )
     if not isinstance(cfg, Mapping):
         raise ConfigError(
             f"optim_wrapper must be a dict such as dict(type='OptimWrapper', "
-            f"optimizer=dict(type='SGD', lr=0.01)), got {type(cfg).__name__}."
+            f"optimizer=dict(type='SGD', lr=0.01)), or a built OptimWrapper, got "
+            f"{type(cfg).__name__}."
         )
     wrapper_cfg = dict(cfg)
     constructor_type = wrapper_cfg.pop("constructor", "DefaultOptimWrapperConstructor")

@@ -1,13 +1,19 @@
-"""PNG plots of a run's scalars, drawn from its scalars.jsonl at the end of the run."""
+"""PNG plots of a run's scalars, drawn from its scalars.jsonl at the end of the run: one overview
+page (``overview.png``) and one PNG per scalar family."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections import defaultdict
+from typing import Any
 
-__all__ = ["plot_scalars", "family_of"]
+__all__ = ["OVERVIEW", "family_of", "overview_figure", "overview_panels", "plot_scalars"]
+
+OVERVIEW = "overview.png"
+Series = dict[str, tuple[list[int], list[float]]]
 
 
 def family_of(tag: str) -> str:
@@ -24,7 +30,7 @@ def family_of(tag: str) -> str:
     return re.sub(r"[^0-9A-Za-z_.-]+", "_", tag)
 
 
-def _read(path: str) -> dict[str, tuple[list[int], list[float]]]:
+def _read(path: str) -> Series:
     series: dict[str, tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -42,16 +48,67 @@ def _read(path: str) -> dict[str, tuple[list[int], list[float]]]:
     return dict(series)
 
 
-def plot_scalars(jsonl_path: str, out_dir: str) -> list[str]:
-    """Write one PNG per scalar family of ``jsonl_path`` into ``out_dir``.
+def overview_panels(series: Series) -> list[tuple[str, list[str]]]:
+    """The overview's subplots as ``(title, tags)``, only those with data, in this order:
 
-    Families: ``loss`` (train and validation losses), ``lr``, ``time`` (time and data_time),
-    and one plot for every other tag (``grad_norm``, ``val_accuracy`` ...). The x axis is the
-    train iteration. Uses matplotlib's object API with the Agg canvas, so the process's pyplot
-    backend (a notebook's, say) is left alone.
+    ``loss`` (every train and validation loss), ``lr``, one per validation metric (each has its
+    own scale), ``iteration time (s)`` (time and data_time). Test scalars, ``grad_norm`` and the
+    other training scalars are left to their own PNGs.
+    """
+    families = {tag: family_of(tag) for tag in series if not tag.startswith("test/")}
+    panels = []
+    for title, family in (("loss", "loss"), ("lr", "lr")):
+        tags = sorted(t for t, f in families.items() if f == family)
+        if tags:
+            panels.append((title, tags))
+    panels += [(t, [t]) for t in sorted(families) if t.startswith("val/") and families[t] != "loss"]
+    times = sorted(t for t, f in families.items() if f == "time")
+    if times:
+        panels.append(("iteration time (s)", times))
+    return panels
+
+
+def _draw(ax: Any, series: Series, tags: list[str], title: str) -> None:
+    for tag in tags:
+        steps, values = series[tag]
+        sparse = len(steps) < 50 or not tag.startswith("train/")
+        ax.plot(steps, values, label=tag, marker="o" if sparse else None, markersize=3)
+    ax.set_title(title)
+    ax.set_xlabel("iteration")
+    ax.grid(True, alpha=0.3)
+    if len(tags) > 1:
+        ax.legend(fontsize="small")
+
+
+def overview_figure(series: Series) -> Any:
+    """One matplotlib Figure with a subplot per :func:`overview_panels` entry, or None if none.
+
+    Uses the object API (no pyplot), so nothing stays registered once the figure is dropped.
+    """
+    panels = overview_panels(series)
+    if not panels:
+        return None
+    from matplotlib.figure import Figure
+
+    ncols = 1 if len(panels) == 1 else 2 if len(panels) <= 4 else 3
+    nrows = math.ceil(len(panels) / ncols)
+    fig = Figure(figsize=(5 * ncols, 3.2 * nrows), layout="constrained")
+    for i, (title, tags) in enumerate(panels):
+        _draw(fig.add_subplot(nrows, ncols, i + 1), series, tags, title)
+    return fig
+
+
+def plot_scalars(jsonl_path: str, out_dir: str) -> list[str]:
+    """Write ``overview.png`` and one PNG per scalar family of ``jsonl_path`` into ``out_dir``.
+
+    The overview is one page of subplots (see :func:`overview_panels`). Families: ``loss``
+    (train and validation losses), ``lr``, ``time`` (time and data_time), and one plot for
+    every other tag (``grad_norm``, ``val_accuracy`` ...). The x axis is the train iteration.
+    Uses matplotlib's object API with the Agg canvas, so the process's pyplot backend (a
+    notebook's, say) is left alone.
 
     Returns:
-        The paths written, sorted.
+        The paths written: the overview first (if any panel has data), then the others sorted.
     """
     series = _read(jsonl_path)
     if not series:
@@ -65,17 +122,15 @@ def plot_scalars(jsonl_path: str, out_dir: str) -> list[str]:
     written = []
     for family, tags in sorted(families.items()):
         fig = Figure(figsize=(7, 4), layout="constrained")
-        ax = fig.subplots()
-        for tag in sorted(tags):
-            steps, values = series[tag]
-            sparse = len(steps) < 50 or not tag.startswith("train/")
-            ax.plot(steps, values, label=tag, marker="o" if sparse else None, markersize=3)
-        ax.set_title(family)
-        ax.set_xlabel("iteration")
-        ax.grid(True, alpha=0.3)
-        if len(tags) > 1:
-            ax.legend()
-        path = os.path.join(out_dir, f"{family}.png")
+        _draw(fig.subplots(), series, sorted(tags), family)
+        # a tag named 'overview' must not overwrite the overview page
+        name = f"{family}_scalar.png" if f"{family}.png" == OVERVIEW else f"{family}.png"
+        path = os.path.join(out_dir, name)
         fig.savefig(path, dpi=100)
         written.append(path)
-    return sorted(written)
+    fig = overview_figure(series)
+    if fig is None:
+        return sorted(written)
+    path = os.path.join(out_dir, OVERVIEW)
+    fig.savefig(path, dpi=100)
+    return [path] + sorted(written)

@@ -63,7 +63,9 @@ class LoggerHook(Hook):
         progress_bar: Show a live bar with iterations done, elapsed time and ETA. Defaults to
             True.
         plot: At the end of the run, draw the scalars of scalars.jsonl as PNGs in
-            ``<log_dir>/plots/`` (needs a JsonlBackend). Defaults to True.
+            ``<log_dir>/plots/``: ``overview.png`` (loss, lr, validation metrics and
+            iteration time on one page) and one per scalar family (needs a JsonlBackend).
+            Defaults to True.
     """
 
     priority = "BELOW_NORMAL"
@@ -316,7 +318,7 @@ class LoggerHook(Hook):
         jsonl = next((b for b in self.backends if isinstance(b, JsonlBackend) and b.path), None)
         if jsonl is None or not os.path.exists(jsonl.path):
             return
-        from ._plots import plot_scalars
+        from ._plots import OVERVIEW, plot_scalars
 
         try:
             paths = plot_scalars(jsonl.path, os.path.join(runner.log_dir, "plots"))
@@ -326,4 +328,7 @@ class LoggerHook(Hook):
             )
             return
         if paths:
-            runner.logger.info(f"Saved {len(paths)} plot(s) in {os.path.dirname(paths[0])}")
+            overview = os.path.basename(paths[0]) == OVERVIEW
+            first = f"{OVERVIEW} and " if overview else ""
+            runner.logger.info(f"Saved {first}{len(paths) - overview} plot(s) in "
+                               f"{os.path.dirname(paths[0])}")

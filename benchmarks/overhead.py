@@ -14,7 +14,14 @@ parameters are identical, then prints:
   under the same machine load, so this figure holds still on a noisy machine where whole-run
   pairs scatter by 10-30%; it leaves out the one-off costs (start-up, the final checkpoint),
   which the whole-run figure has, and times the chunks from a log backend, which the logger calls every 50 iterations anyway;
-* the import + build cost over ``import torch``.
+* the import + build cost over ``import torch``;
+* the whole process, what ``time`` shows: ``python tools/train.py CONFIG`` (default hooks: log
+  lines, scalars.jsonl, TensorBoard, plots, final checkpoint) against a hand-written script that
+  imports only torch and trains the same model on the same data in the same order, printing
+  the loss every 50 iterations and saving the final model and optimizer (``--process-iters``
+  iterations, ``--process-rounds`` interleaved pairs): the median per-pair wall-time ratio and
+  the difference in peak resident memory (``ru_maxrss`` of each child); the final parameters
+  must be identical.
 
 The plain loop resets gradients with ``opt.zero_grad(set_to_none=True)``, as users write it; the
 Runner's OptimWrapper sets ``p.grad = None`` itself, which saves torch's profiler label (~10 us
@@ -23,6 +30,7 @@ Runner's own bookkeeping alone.
 
     python benchmarks/overhead.py [--iters 1000 4000] [--repeats 7] [--chunk 200] [--pairs 5]
                                   [--import-repeats 5] [--plain-grad-none]
+                                  [--process-iters 3000] [--process-rounds 7]
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -177,6 +187,114 @@ def import_cost(repeats: int = 5) -> tuple[float, float]:
     return min(r[0] for r in runs), min(r[1] for r in runs)
 
 
+# The hand-written script of the whole-process comparison: torch only, the same data (ToyDataset's
+# blobs), the same order (DefaultSampler's per-epoch permutation), the same model and updates.
+PLAIN_SCRIPT = """
+import sys
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+N, FEATURES, CLASSES, HIDDEN, BATCH, SEED = 512, 16, 4, 32, 16, 0
+iters, out = int(sys.argv[1]), sys.argv[2]
+
+
+class Blobs(Dataset):
+    def __init__(self):
+        g = torch.Generator().manual_seed(SEED)
+        centres = torch.randn(CLASSES, FEATURES, generator=g) * 2.0
+        self.labels = torch.arange(N) % CLASSES
+        self.inputs = centres[self.labels] + torch.randn(N, FEATURES, generator=g)
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        return {"inputs": self.inputs[i].clone(), "labels": self.labels[i].clone()}
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, CLASSES))
+
+    def forward(self, batch):
+        logits = self.net(batch["inputs"])
+        acc = (logits.detach().argmax(dim=1) == batch["labels"]).float().mean()
+        return {"loss": F.cross_entropy(logits, batch["labels"]), "acc": acc}
+
+
+torch.manual_seed(SEED)
+data = Blobs()
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+it, epoch = 0, 0
+while it < iters:
+    order = torch.randperm(N, generator=torch.Generator().manual_seed(SEED + epoch)).tolist()
+    for batch in DataLoader(data, batch_size=BATCH, sampler=order):
+        loss = model(batch)["loss"]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        it += 1
+        if it % 50 == 0:
+            print(f"iter {it} loss {loss.item():.4f}")
+        if it == iters:
+            break
+    epoch += 1
+torch.save({"state_dict": model.state_dict(), "optimizer": opt.state_dict()}, out)
+"""
+
+TRAIN_CONFIG = """
+model = dict(type="ToyModel", in_features=16, num_classes=4, hidden=32)
+train_dataloader = dict(
+    dataset=dict(type="ToyDataset", num_samples=512, in_features=16, num_classes=4, seed=0),
+    sampler=dict(type="DefaultSampler", shuffle=True), batch_size=16)
+train_cfg = dict(type="IterBasedTrainLoop", max_iters={iters})
+optim_wrapper = dict(optimizer=dict(type="SGD", lr=0.05, momentum=0.9))
+randomness = dict(seed=0)
+"""
+
+
+def whole_process(iters: int, rounds: int) -> tuple[list[float], list[float], list[float], list[float], bool]:
+    """``rounds`` interleaved pairs of fresh processes: the plain script and tools/train.py."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    plain_t, libai_t, plain_m, libai_m = [], [], [], []
+    with tempfile.TemporaryDirectory() as d:
+        script, config = os.path.join(d, "plain.py"), os.path.join(d, "toy_mlp.py")
+        with open(script, "w") as f:
+            f.write(PLAIN_SCRIPT)
+        with open(config, "w") as f:
+            f.write(TRAIN_CONFIG.format(iters=iters))
+        for i in range(rounds):
+            work = os.path.join(d, f"work{i}")
+            cmds = {"plain": [sys.executable, script, str(iters), os.path.join(d, "plain.pth")],
+                    "libai": [sys.executable, os.path.join(root, "tools", "train.py"), config,
+                              "--work-dir", work]}
+            for which in ("plain", "libai") if i % 2 == 0 else ("libai", "plain"):
+                seconds, mib = _run_child(cmds[which])
+                (plain_t if which == "plain" else libai_t).append(seconds)
+                (plain_m if which == "plain" else libai_m).append(mib)
+        plain_state = torch.load(os.path.join(d, "plain.pth"))["state_dict"]
+        libai_state = torch.load(os.path.join(work, f"iter_{iters}.pth"))["state_dict"]
+        same = all(torch.equal(plain_state[k], libai_state[k]) for k in plain_state)
+    return plain_t, libai_t, plain_m, libai_m, same
+
+
+def _run_child(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak resident MiB (``ru_maxrss``) of one child process."""
+    start = time.perf_counter()
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             env=dict(os.environ, OMP_NUM_THREADS="1"))
+    stderr = child.stderr.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - start
+    if status:
+        sys.exit(f"{' '.join(cmd)} failed:\n{stderr.decode()[-2000:]}")
+    return seconds, usage.ru_maxrss / 1024
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, nargs="+", default=[1000, 4000])
@@ -184,6 +302,8 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=200)
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--import-repeats", type=int, default=5)
+    parser.add_argument("--process-iters", type=int, default=3000)
+    parser.add_argument("--process-rounds", type=int, default=7)
     parser.add_argument("--plain-grad-none", action="store_true",
                         help="the plain loop resets gradients with p.grad = None, as the Runner does")
     args = parser.parse_args()
@@ -232,6 +352,18 @@ def main() -> None:
     torch_s, libai_s = import_cost(args.import_repeats)
     print(f"import torch: {torch_s:.2f} s; then import libai + build a runner: {libai_s:.2f} s "
           f"more (target: at most 0.5 s)")
+    if args.process_rounds:
+        plain_t, libai_t, plain_m, libai_m, same = whole_process(args.process_iters, args.process_rounds)
+        pair = sorted(r / p for r, p in zip(libai_t, plain_t))
+        ratio, delta = statistics.median(pair), statistics.median(libai_m) - statistics.median(plain_m)
+        print(f"whole process, {args.process_iters} iterations, {args.process_rounds} interleaved pairs: "
+              f"tools/train.py {statistics.median(libai_t):.2f} s / plain script "
+              f"{statistics.median(plain_t):.2f} s = {ratio:.3f} (median of pairs, ranged "
+              f"{pair[0]:.3f}-{pair[-1]:.3f}; target <= 1.10: {'met' if ratio <= 1.10 else 'NOT met'}); "
+              f"peak RSS {statistics.median(libai_m):.0f} MiB vs {statistics.median(plain_m):.0f} MiB = "
+              f"{delta:+.0f} MiB (target <= +20: {'met' if delta <= 20 else 'NOT met'})  identical: {same}")
+        if not same:
+            sys.exit("final parameters differ between tools/train.py and the plain script")
 
 
 if __name__ == "__main__":

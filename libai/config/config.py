@@ -160,7 +160,7 @@ class Config(MutableMapping):
 
     @property
     def pretty_text(self) -> str:
-        """The config as a yapf-formatted Python config file."""
+        """The config as a Python config file, at most 100 columns wide."""
         return python_text(self._cfg_dict, strict=False)
 
     def dump(self, file: str | os.PathLike) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from libai.utils.logging import get_console
+from libai.utils.logging import get_console, stdout_is_terminal
 
 __all__ = ["ProgressBar"]
 
@@ -20,7 +20,7 @@ class ProgressBar:
     """
 
     def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled and get_console().is_terminal
+        self.enabled = enabled and stdout_is_terminal()
         self._progress: Any = None
         self._tasks: dict[str, Any] = {}
 

@@ -6,6 +6,8 @@ import datetime
 import logging
 import math
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -65,7 +67,9 @@ class LoggerHook(Hook):
         plot: At the end of the run, draw the scalars of scalars.jsonl as PNGs in
             ``<log_dir>/plots/``: ``overview.png`` (loss, lr, validation metrics and
             iteration time on one page) and one per scalar family (needs a JsonlBackend).
-            Defaults to True.
+            True: in a background process (``plot_process``) that appends "Saved ..." to the
+            run's log when done, a second or so after the run ends; the run does not wait for
+            it. "wait": in this process, before the run ends. False: no plots. Defaults to True.
     """
 
     priority = "BELOW_NORMAL"
@@ -77,7 +81,7 @@ class LoggerHook(Hook):
         log_metric_by_epoch: bool = False,
         backends: list[dict | BaseLogBackend] | None = None,
         progress_bar: bool = True,
-        plot: bool = True,
+        plot: bool | str = True,
     ) -> None:
         for name, value in (("interval", interval), ("window_size", window_size)):
             if value is not None and (
@@ -88,7 +92,11 @@ class LoggerHook(Hook):
         self.window_size = window_size or interval
         self.log_metric_by_epoch = log_metric_by_epoch
         self.progress_bar = progress_bar
+        if plot not in (True, False, "wait"):
+            raise ConfigError(f"LoggerHook: plot must be True (background), 'wait' or False, "
+                              f"got {plot!r}.")
         self.plot = plot
+        self.plot_process: subprocess.Popen | None = None
         cfgs = default_backends() if backends is None else list(backends)
         self.backends: list[BaseLogBackend] = [
             b
@@ -318,17 +326,38 @@ class LoggerHook(Hook):
         jsonl = next((b for b in self.backends if isinstance(b, JsonlBackend) and b.path), None)
         if jsonl is None or not os.path.exists(jsonl.path):
             return
-        from ._plots import OVERVIEW, plot_scalars
+        out_dir = os.path.join(runner.log_dir, "plots")
+        if self.plot != "wait":  # drawn by a process of its own: the run ends without waiting
+            log_file = _log_file(runner)
+            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_plots.py")
+            try:
+                self.plot_process = subprocess.Popen(
+                    [sys.executable, script, jsonl.path, out_dir, *([log_file] if log_file else [])],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    start_new_session=True)  # a Ctrl-C at the terminal does not stop it
+            except OSError as e:
+                runner.logger.warning(f"LoggerHook: could not start the plot process ({e}).")
+                return
+            runner.logger.info(f"Plots of the scalars: drawing {os.path.join(out_dir, 'overview.png')} "
+                               f"and one PNG per scalar in the background.")
+            return
+        from ._plots import plot_scalars, saved_message
 
         try:
-            paths = plot_scalars(jsonl.path, os.path.join(runner.log_dir, "plots"))
+            paths = plot_scalars(jsonl.path, out_dir)
         except Exception as e:  # a plot must never fail a finished run
             runner.logger.warning(
                 f"LoggerHook: could not draw the plots ({type(e).__name__}: {e})."
             )
             return
         if paths:
-            overview = os.path.basename(paths[0]) == OVERVIEW
-            first = f"{OVERVIEW} and " if overview else ""
-            runner.logger.info(f"Saved {first}{len(paths) - overview} plot(s) in "
-                               f"{os.path.dirname(paths[0])}")
+            runner.logger.info(saved_message(paths))
+
+
+def _log_file(runner: Any) -> str | None:
+    """The run's log file: where the runner's logger writes, if to a file."""
+    logger = getattr(runner, "logger", None)
+    for handler in getattr(logger, "handlers", ()):
+        if isinstance(handler, logging.FileHandler):
+            return handler.baseFilename
+    return None

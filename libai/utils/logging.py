@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["get_console", "get_logger", "print_log"]
+__all__ = ["get_console", "get_logger", "print_log", "stdout_is_terminal"]
 
 _console: Console | None = None
 
@@ -58,10 +58,27 @@ class _StdoutHandler(logging.Handler):
             self.handleError(record)
 
 
+def _stdout_may_be_terminal() -> bool:
+    """False when stdout is surely not a terminal: rich (0.1 s to import) is then not needed.
+
+    rich also treats stdout as a terminal when FORCE_COLOR or TTY_COMPATIBLE say so.
+    """
+    isatty = getattr(sys.stdout, "isatty", None)
+    return bool(isatty and isatty()) or any(k in os.environ for k in ("FORCE_COLOR", "TTY_COMPATIBLE"))
+
+
+def stdout_is_terminal() -> bool:
+    """Whether the shared console draws for a terminal (live bars, colours); rich is imported
+    only when stdout may be one."""
+    if _console is not None:  # made already (or set by a caller): no import to save
+        return _console.is_terminal
+    return _stdout_may_be_terminal() and get_console().is_terminal
+
+
 def _console_handler(rank: int) -> logging.Handler:
     prefix = f"[rank {rank}] " if rank > 0 else ""
-    console = get_console()
-    if console.is_terminal:
+    if stdout_is_terminal():
+        console = get_console()
         from rich.logging import RichHandler
 
         handler: logging.Handler = RichHandler(

@@ -264,7 +264,7 @@ def test_resumed_hook_truncates_its_jsonl(make_runner, run_iters):
 def test_plots_written(make_runner, run_iters):
     pytest.importorskip("matplotlib")
     hook = LoggerHook(
-        interval=1, backends=[dict(type="JsonlBackend")], progress_bar=False, plot=True
+        interval=1, backends=[dict(type="JsonlBackend")], progress_bar=False, plot="wait"
     )
     runner = make_runner(IterTimerHook(), hook, max_iters=4)
     runner.call_hook("before_run")
@@ -277,6 +277,33 @@ def test_plots_written(make_runner, run_iters):
         with open(path, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert not os.path.exists(os.path.join(plots, "val_loss.png"))  # drawn with the train loss
+
+
+def test_plots_are_drawn_by_a_background_process_that_logs_when_done(make_runner, run_iters, tmp_path):
+    """plot=True (the default): the run ends at once; the plot process appends to the run's log."""
+    import logging
+
+    log_file = tmp_path / "run.log"
+    handler = logging.FileHandler(log_file)
+    hook = LoggerHook(interval=1, backends=[dict(type="JsonlBackend")], progress_bar=False)
+    runner = make_runner(IterTimerHook(), hook, max_iters=4)
+    runner.logger.addHandler(handler)
+    try:
+        runner.call_hook("before_run")
+        run_iters(runner)
+        runner.call_hook("after_run")
+    finally:
+        runner.logger.removeHandler(handler)
+        handler.close()
+    assert hook.plot_process is not None and hook.plot_process.wait(timeout=60) == 0
+    plots = os.path.join(runner.log_dir, "plots")
+    assert os.path.getsize(os.path.join(plots, "overview.png")) > 1000
+    assert f"libai - INFO - Saved overview.png and 4 plot(s) in {plots}" in log_file.read_text()
+
+
+def test_plot_option_is_checked():
+    with pytest.raises(ConfigError, match="plot must be True \\(background\\), 'wait' or False"):
+        LoggerHook(plot="yes")
 
 
 def test_test_metrics_logged_outside_training(make_runner, run_val):

@@ -88,7 +88,7 @@ def test_no_overview_for_test_scalars_only(tmp_path):
 
 def test_logger_hook_saves_and_names_the_overview_first(make_runner, run_iters):
     hook = LoggerHook(interval=1, backends=[dict(type="JsonlBackend")], progress_bar=False,
-                      plot=True)
+                      plot="wait")
     runner = make_runner(IterTimerHook(), hook, max_iters=4)
     runner.call_hook("before_run")
     run_iters(runner, validate=lambda done: {"val/accuracy": done / 4, "val/loss": 1.0 / done})

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -42,7 +43,13 @@ def test_train_writes_logs_checkpoints_and_tensorboard(trained):
     events = EventAccumulator(str(work / "tensorboard"))
     events.Reload()
     assert [e.step for e in events.Scalars("train/loss")] == [50, 100, 150, 200, 250, 300]
+    assert "drawing" in log and "in the background" in log
+    for _ in range(600):  # the plots come from a background process, a second or so later
+        if "Saved overview.png" in (run_dir / f"{run_dir.name}.log").read_text():
+            break
+        time.sleep(0.1)
     assert os.path.getsize(run_dir / "plots" / "loss.png") > 1000
+    assert os.path.getsize(run_dir / "plots" / "overview.png") > 1000
 
 
 def test_test_tool_evaluates_and_dumps(trained, tmp_path):

@@ -271,9 +271,9 @@ def _save_tokenizer(tokenizer: TextTokenizer, prefix: Path) -> list[Path]:
 def _progress_bar(enabled: bool, total: int | None, unit: str) -> Iterator[Callable[[int], None]]:
     """Yield ``advance(n)``: a rich progress bar on the shared console when ``enabled`` and
     the console is a terminal, else a function that does nothing."""
-    from libai.utils.logging import get_console
+    from libai.utils.logging import get_console, stdout_is_terminal
 
-    if not (enabled and get_console().is_terminal):
+    if not (enabled and stdout_is_terminal()):
         yield lambda n: None
         return
     from rich import progress as rp

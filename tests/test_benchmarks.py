@@ -15,7 +15,8 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "overhead.py"
 def test_overhead_benchmark_runs_and_finds_identical_parameters(flags):
     out = subprocess.run(
         [sys.executable, str(BENCH), "--iters", "100", "200", "--repeats", "1", "--chunk", "50",
-         "--pairs", "1", "--import-repeats", "1", *flags],
+         "--pairs", "1", "--import-repeats", "1", "--process-iters", "200",
+         "--process-rounds", str(1 if flags else 0), *flags],
         capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 0, out.stderr[-2000:]
@@ -25,3 +26,7 @@ def test_overhead_benchmark_runs_and_finds_identical_parameters(flags):
                        r"identical: True", out.stdout)
     assert steady and float(steady.group(1)) > 0, out.stdout
     assert re.search(r"import libai \+ build a runner: [\d.]+ s more", out.stdout), out.stdout
+    if flags:  # one whole-process pair (tools/train.py against the torch-only script)
+        whole = re.search(r"whole process, 200 iterations, 1 interleaved pairs: .* = ([\d.]+) .*"
+                          r"peak RSS .* MiB = ([+-]\d+) MiB .*identical: True", out.stdout)
+        assert whole and float(whole.group(1)) > 0, out.stdout

@@ -25,6 +25,7 @@ from libai.checkpoint import (
 from libai.config import Config, add_cfg_options_argument
 from libai.model import from_hf_pretrained, save_hf_pretrained
 from libai.registry import MODELS
+from libai.runner.imports import import_custom_modules
 from libai.utils.cli import run_cli
 
 
@@ -55,6 +56,7 @@ def hf_to_libai(args):
 
 def libai_to_hf(args):
     cfg = Config.fromfile(args.config)
+    import_custom_modules(cfg.get("custom_imports"), cfg.filename)  # the Runner does it too
     cfg.merge_from_options(args.cfg_options or {})
     with torch.device("meta"):  # no init: every tensor comes from the checkpoint
         model = MODELS.build(cfg.model.to_dict(), path="model")

@@ -16,6 +16,7 @@ from libai.checkpoint import load_checkpoint, load_model_state
 from libai.config import Config, add_cfg_options_argument
 from libai.data.text import TextCorpus, TextTokenizer, load_corpus
 from libai.registry import MODELS
+from libai.runner.imports import import_custom_modules
 from libai.utils.cli import run_cli
 from libai.utils.errors import ConfigError
 
@@ -56,6 +57,7 @@ def main(argv=None):
     if args.max_new_tokens < 1 or args.num_samples < 1:
         raise ConfigError("--max-new-tokens and --num-samples must be at least 1.")
     cfg = Config.fromfile(args.config)
+    import_custom_modules(cfg.get("custom_imports"), cfg.filename)  # the Runner does it too
     cfg.merge_from_options(args.cfg_options or {})
     model = MODELS.build(cfg.model.to_dict(), path="model")
     if not hasattr(model, "generate"):

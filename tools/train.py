@@ -8,6 +8,7 @@ shard with DistributedDataParallel.
 """
 
 import argparse
+from collections.abc import Mapping
 
 import torch
 
@@ -15,6 +16,7 @@ from libai.config import Config, add_cfg_options_argument
 from libai.runner import Runner
 from libai.utils.cli import run_cli
 from libai.utils.dist import destroy_dist
+from libai.utils.errors import ConfigError
 
 
 def parse_args(argv=None):
@@ -45,6 +47,12 @@ def main(argv=None):
     if args.work_dir:
         cfg.work_dir = args.work_dir
     if args.amp or args.graph:
+        if not isinstance(cfg.get("optim_wrapper"), Mapping):
+            raise ConfigError(
+                f"--amp and --graph change optim_wrapper's type, so optim_wrapper must be a dict, "
+                f"got a built {type(cfg.get('optim_wrapper')).__name__}. Write "
+                f"optim_wrapper=dict(optimizer=..., type='GraphOptimWrapper' or 'AmpOptimWrapper') "
+                f"in the config instead of the flag.")
         wrapper = dict(cfg.optim_wrapper)
         wrapper["type"] = "GraphOptimWrapper" if args.graph else "AmpOptimWrapper"
         if args.amp:

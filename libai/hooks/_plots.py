@@ -133,14 +133,22 @@ def plot_scalars(jsonl_path: str, out_dir: str) -> list[str]:
         # a tag named 'overview' must not overwrite the overview page
         name = f"{family}_scalar.png" if f"{family}.png" == OVERVIEW else f"{family}.png"
         path = os.path.join(out_dir, name)
-        fig.savefig(path, dpi=100)
+        _save(fig, path)
         written.append(path)
     fig = overview_figure(series)
     if fig is None:
         return sorted(written)
     path = os.path.join(out_dir, OVERVIEW)
-    fig.savefig(path, dpi=100)
+    _save(fig, path)
     return [path] + sorted(written)
+
+
+def _save(fig: Any, path: str) -> None:
+    """Write the PNG under a temporary name, then rename: a reader (or a second plot process,
+    e.g. the test run's after the training run's) never sees half a file."""
+    tmp = f"{path}.tmp-{os.getpid()}.png"
+    fig.savefig(tmp, dpi=100)
+    os.replace(tmp, path)
 
 
 def saved_message(paths: list[str]) -> str:

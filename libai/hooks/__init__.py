@@ -12,14 +12,18 @@ from .dump import DumpPredictionsHook
 from .early_stopping_hook import EarlyStoppingHook
 from .ema_hook import EMAHook
 from .empty_cache_hook import EmptyCacheHook
+from .histogram_hook import HistogramHook  # noqa: F401 - registers it in HOOKS
 from .hook import PRIORITIES, STAGES, Hook, get_priority
 from .iter_timer_hook import IterTimerHook
 from .log_backends import BaseLogBackend, JsonlBackend, TensorboardBackend
 from .logger_hook import LoggerHook
 from .nonfinite_loss_hook import NonFiniteLossHook
+from .optuna_pruning_hook import OptunaPruningHook  # noqa: F401 - registers it in HOOKS
 from .param_scheduler_hook import ParamSchedulerHook
+from .profiler_hook import ProfilerHook  # noqa: F401 - registers it in HOOKS
 from .runtime_info_hook import RuntimeInfoHook
 from .sampler_seed_hook import DistSamplerSeedHook
+from .throughput_hook import ThroughputHook  # noqa: F401 - registers it in HOOKS
 
 __all__ = [
     "DEFAULT_HOOKS",
@@ -53,4 +57,5 @@ DEFAULT_HOOKS: dict[str, dict] = {
     "checkpoint": dict(type="CheckpointHook", interval=-1, save_last=True),
     "sampler_seed": dict(type="DistSamplerSeedHook"),
     "nonfinite": dict(type="NonFiniteLossHook", policy="raise"),
+    "throughput": dict(type="ThroughputHook"),  # summary, FLOPs, samples/s, MFU
 }

@@ -80,6 +80,31 @@ class EventFileWriter:
         if time.monotonic() - self._flushed_at >= self.flush_secs:
             self.flush()
 
+    def add_histogram(self, tag: str, hist: Any, step: int, wall_time: float | None = None) -> None:
+        """One event holding a histogram (``HistogramProto``, what TensorBoard's HISTOGRAMS and
+        DISTRIBUTIONS tabs draw).
+
+        Args:
+            tag: Its name.
+            hist: Has ``counts`` (per bucket), ``edges`` (one more than ``counts``) and the
+                ``min``, ``max``, ``num``, ``sum`` and ``sum_squares`` of the values, like
+                ``log_backends.Histogram``.
+            step: The step.
+            wall_time: Defaults to None (now).
+        """
+        from tensorboard.compat.proto.summary_pb2 import HistogramProto
+
+        # bucket_limit holds each bucket's right edge; TensorBoard takes min as the first left
+        proto = HistogramProto(min=float(hist.min), max=float(hist.max), num=float(hist.num),
+                               sum=float(hist.sum), sum_squares=float(hist.sum_squares),
+                               bucket_limit=[float(e) for e in hist.edges[1:]],
+                               bucket=[float(c) for c in hist.counts])
+        value = self._summary.Value(tag=tag, histo=proto)
+        self._write(self._event(wall_time=time.time() if wall_time is None else wall_time,
+                                step=int(step), summary=self._summary(value=[value])))
+        if time.monotonic() - self._flushed_at >= self.flush_secs:
+            self.flush()
+
     def _write(self, event: Any) -> None:
         data = event.SerializeToString()
         header = struct.pack("<Q", len(data))

@@ -21,7 +21,13 @@ from libai.utils.errors import ConfigError
 from ._interval_sums import RunningSum
 from ._progress import ProgressBar
 from .hook import Hook
-from .log_backends import BaseLogBackend, JsonlBackend, default_backends
+from .log_backends import (
+    BaseLogBackend,
+    JsonlBackend,
+    default_backends,
+    log_run_config,
+    log_run_summary,
+)
 
 __all__ = ["LoggerHook"]
 
@@ -117,6 +123,7 @@ class LoggerHook(Hook):
         self._t_eval = 0.0
         self._eval_set = 0
         self._cuda_device: torch.device | None = None
+        self._final: dict[str, float] = {}  # last value of each scalar written (log_summary)
 
     # ------------------------------------------------------------------------ lifecycle
     def before_run(self, runner: Any) -> None:
@@ -148,6 +155,7 @@ class LoggerHook(Hook):
         self._bar.stop()
         if runner.rank != 0 or not self._opened:
             return
+        log_run_summary(self.backends, runner, self._final)
         for backend in self.backends:
             backend.close()
         self._opened = False
@@ -163,6 +171,7 @@ class LoggerHook(Hook):
         for backend in self.backends:
             backend.open(target, resume_step=resume_step)
         self._opened = True
+        log_run_config(self.backends, runner)
 
     def before_save_checkpoint(self, runner: Any, checkpoint: Any = None) -> None:
         # the scalars on disk then reach every checkpoint a later run may resume from
@@ -174,6 +183,7 @@ class LoggerHook(Hook):
         if runner.rank != 0 or not scalars:
             return
         self._open(runner)
+        self._final.update(scalars)
         for backend in self.backends:
             backend.add_scalars(scalars, step)
 

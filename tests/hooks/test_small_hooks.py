@@ -130,6 +130,7 @@ def test_default_hooks_build():
         "param_scheduler",
         "checkpoint",
         "sampler_seed",
+        "throughput",
         "nonfinite",
     }
     assert built["logger"].interval == 50 and built["nonfinite"].policy == "raise"

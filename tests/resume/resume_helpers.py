@@ -171,7 +171,10 @@ def read_scalars(work_dir: Any) -> list[dict]:
 
 
 # Wall-clock values, and grad_norm, which test_logged_grad_norm_survives_resume checks on its own.
-NOT_COMPARED = ("train/time", "train/data_time", "train/grad_norm")
+# timings, and ThroughputHook's rates derived from them
+TIMING = ("train/time", "train/data_time", "train/samples_per_s", "train/tokens_per_s",
+          "train/tflops", "train/mfu")
+NOT_COMPARED = (*TIMING, "train/grad_norm")
 
 
 def train_rows(work_dir: Any, skip: tuple[str, ...] = NOT_COMPARED) -> list[dict]:

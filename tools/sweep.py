@@ -70,6 +70,7 @@ from typing import Any
 from libai.config import Config
 from libai.utils.cli import run_cli
 from libai.utils.errors import ConfigError
+from libai.utils.optuna_study import build_pruner, open_storage
 from libai.utils.suggest import did_you_mean
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -300,40 +301,6 @@ class Sweep:
 
     def option(self, name: str, value: Any) -> str:
         return f"{name}={value!r}"
-
-
-# -------------------------------------------------------------------------------- optuna
-# As in libai/hooks/optuna_pruning_hook.py (the trial side); not imported from there, since
-# importing libai.hooks imports torch, a second of start-up the sweep process does not need.
-def open_storage(url: str) -> Any:
-    """An Optuna RDBStorage; SQLite waits up to a minute for a lock (trial processes write
-    their reports to the same file)."""
-    import optuna
-
-    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-
-
-def build_pruner(cfg: Mapping[str, Any] | None) -> Any:
-    """An ``optuna.pruners`` instance from ``dict(type='MedianPruner', ...)``; None: NopPruner."""
-    import optuna
-
-    if cfg is None:
-        return optuna.pruners.NopPruner()
-    if not isinstance(cfg, Mapping):
-        raise ConfigError(f"pruner must be a dict such as dict(type='MedianPruner', "
-                          f"n_warmup_steps=1), got {cfg!r}.")
-    args = dict(cfg)
-    name = args.pop("type", None)
-    names = [n for n in dir(optuna.pruners) if n.endswith("Pruner") and n != "BasePruner"]
-    cls = getattr(optuna.pruners, str(name), None) if name in names else None
-    if cls is None:
-        raise ConfigError(f"pruner type {name!r} is not a class of optuna.pruners."
-                          f"{did_you_mean(str(name), names)} Pruners: {', '.join(names)}.")
-    try:
-        return cls(**args)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"pruner {name}: {e}") from None
 
 
 # ----------------------------------------------------------------------- running trials

@@ -10,11 +10,12 @@ from typing import Any
 
 from libai.registry import HOOKS
 from libai.utils.errors import ConfigError
+from libai.utils.optuna_study import build_pruner, open_storage
 from libai.utils.suggest import did_you_mean
 
 from .hook import Hook
 
-__all__ = ["OptunaPruningHook", "PRUNED_MARKER", "build_pruner", "open_storage"]
+__all__ = ["OptunaPruningHook", "PRUNED_MARKER"]
 
 # Written into the work dir when the trial is pruned; tools/sweep.py maps it to TrialState.PRUNED.
 PRUNED_MARKER = "optuna_pruned.json"
@@ -153,31 +154,3 @@ class OptunaPruningHook(Hook):
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump({"step": step, "value": value}, f)
         os.replace(tmp, path)
-
-
-def open_storage(url: str) -> Any:
-    """An Optuna RDBStorage for ``url``; SQLite waits up to a minute for a lock, since the
-    sweep and its trial processes write to the same file."""
-    import optuna
-
-    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-
-
-def build_pruner(cfg: Mapping[str, Any] | None) -> Any:
-    """An ``optuna.pruners`` instance from ``dict(type='MedianPruner', ...)``; None: NopPruner."""
-    import optuna
-
-    if cfg is None:
-        return optuna.pruners.NopPruner()
-    args = dict(cfg)
-    name = args.pop("type", None)
-    names = [n for n in dir(optuna.pruners) if n.endswith("Pruner") and n != "BasePruner"]
-    cls = getattr(optuna.pruners, str(name), None) if name in names else None
-    if cls is None:
-        raise ConfigError(f"pruner type {name!r} is not a class of optuna.pruners."
-                          f"{did_you_mean(str(name), names)} Pruners: {', '.join(names)}.")
-    try:
-        return cls(**args)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"pruner {name}: {e}") from None

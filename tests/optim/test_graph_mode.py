@@ -222,9 +222,10 @@ def text_batches(kind, n, B=4, S=16):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["gpt", "bert"])
+@pytest.mark.parametrize("kind", ["bert"])  # GPT-2 compiles the same layers (20 s more cold)
 def test_graph_equals_eager_tiny_transformers(kind):
-    """Dropout on, accumulation 2 with clipping: what the shipped text configs do."""
+    """Dropout on, accumulation 2 with clipping: what the shipped text configs do; BERT's
+    batches have a padded row."""
     make = tiny_gpt if kind == "gpt" else tiny_bert
     batches = text_batches(kind, 4)
     common = dict(accumulative_counts=2, clip_grad=dict(type="norm", max_norm=1.0))

@@ -46,8 +46,9 @@ def test_graph_trains_to_the_accuracy_of_eager_and_reports_what_it_compiled(tmp_
 
 
 def test_graph_with_amp_is_bfloat16_on_the_cpu(tmp_path):
+    # the flags end to end; inductor's bf16 kernels are compared with eager in tests/optim
     out = run("tools/train.py", QUICK, "--graph", "--amp", "--fast-dev-run",
-              "--work-dir", str(tmp_path))
+              "--work-dir", str(tmp_path), "--cfg-options", "+optim_wrapper.compile.backend=aot_eager")
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-3000:]
     assert "dtype=bfloat16" in log and "equal within rtol=0.02" in log
@@ -58,7 +59,7 @@ def test_two_processes_compiled_ddp_equal_eager_ddp(tmp_path):
     def torchrun(work, *extra):
         return run("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                    "tools/train.py", QUICK, "--work-dir", str(work), *extra, "--cfg-options",
-                   "train_cfg.max_iters=40", "train_cfg.val_interval=40",
+                   "train_cfg.max_iters=12", "train_cfg.val_interval=12",
                    "+default_hooks.logger.plot=False", "param_scheduler.0.end=10",
                    "param_scheduler.1.begin=10")
 
@@ -67,8 +68,8 @@ def test_two_processes_compiled_ddp_equal_eager_ddp(tmp_path):
     assert graph.returncode == 0, graph.stdout[-3000:] + graph.stderr[-3000:]
     log = graph.stdout + graph.stderr
     assert "equal within rtol" in log and "torch.compile failed" not in log
-    a = load_checkpoint(tmp_path / "eager" / "iter_40.pth")
-    b = load_checkpoint(tmp_path / "graph" / "iter_40.pth")
+    a = load_checkpoint(tmp_path / "eager" / "iter_12.pth")
+    b = load_checkpoint(tmp_path / "graph" / "iter_12.pth")
     assert a["meta"]["world_size"] == b["meta"]["world_size"] == 2
     for key, value in a["state_dict"].items():
         torch.testing.assert_close(b["state_dict"][key], value, rtol=1e-4, atol=1e-5, msg=key)

@@ -297,24 +297,24 @@ class ThroughputHook(Hook):
             if not self._interval:
                 self._drop_stage(runner, "after_train_iter")
                 return
-        if self._read_first:
-            self._read_first = False
-            self._reader = batch_reader(data_batch)
         n = self._n
         if not n:  # a new interval: the iterations until LoggerHook's line is due
             self._due = self._iterations_to_log(runner.iter, batch_idx)
+            if self._read_first:
+                self._read_first = False
+                self._reader = batch_reader(data_batch)
         self._n = n = n + 1
+        if n < self._due:
+            return  # the per-iteration cost: the lines above (the batch is read at the line only)
         reader = self._reader
         if reader is not None:
             try:
                 samples, tokens = reader(data_batch)
             except Exception:  # a batch shaped otherwise: no sample counts from here on
                 self._reader = None
-            else:
-                self._samples += samples
-                self._tokens += tokens
-        if n >= self._due:
-            self._emit(runner, outputs)
+            else:  # the interval's batches taken as this one (an epoch's short last one aside)
+                self._samples, self._tokens = samples * n, tokens * n
+        self._emit(runner, outputs)
 
     def _iterations_to_log(self, it: int, batch_idx: int) -> int:
         """LoggerHook's rule: at multiples of its interval (within the epoch for epoch loops),

@@ -24,6 +24,7 @@ from .profiler_hook import ProfilerHook  # noqa: F401 - registers it in HOOKS
 from .runtime_info_hook import RuntimeInfoHook
 from .sampler_seed_hook import DistSamplerSeedHook
 from .throughput_hook import ThroughputHook  # noqa: F401 - registers it in HOOKS
+from .trackers import MLflowBackend, WandbBackend  # noqa: F401 - registers them in LOG_BACKENDS
 
 __all__ = [
     "DEFAULT_HOOKS",

@@ -73,14 +73,11 @@ def _parse_clip_grad(clip_grad: Mapping | None) -> tuple[str, dict[str, Any]] | 
 def _zero_grad(optimizer: torch.optim.Optimizer, set_to_none: bool = True) -> None:
     """``optimizer.zero_grad(set_to_none)``, done directly where that is all torch would do.
 
-    torch's own ``zero_grad(set_to_none=True)`` sets each ``.grad`` to None inside a profiler
-    label: 6.3 us a call against 0.4 us here, measured on benchmarks/overhead.py's tiny MLP
-    (a 150 us step, so 4% of it; the rule is to keep a private-API fast path only above 1%).
-    Unless the optimizer overrides ``zero_grad`` or a profiler is recording (and wants the
-    label), the gradients are reset here as the PyTorch tuning guide suggests: ``p.grad =
-    None``. Whether a profiler records is read from ``torch._C._autograd._profiler_enabled``,
-    torch's own check (no public one exists); tests/optim/test_optim_wrapper.py pins all three
-    cases to the public ``zero_grad``'s behaviour (the label under ``torch.profiler.profile``).
+    torch's ``zero_grad(set_to_none=True)`` wraps ``p.grad = None`` in a profiler label: 6.3 us
+    against 0.4 us here, 4% of benchmarks/overhead.py's 150 us step (a private-API fast path is
+    kept only above 1%). Skipped when the optimizer overrides ``zero_grad`` or a profiler records
+    (``torch._C._autograd._profiler_enabled``, torch's own check; no public one exists);
+    tests/optim/test_optim_wrapper.py pins all three cases to the public call's behaviour.
     """
     if (set_to_none and type(optimizer).zero_grad is _TORCH_ZERO_GRAD
             and "zero_grad" not in optimizer.__dict__ and not _profiler_enabled()):

@@ -15,13 +15,8 @@ import torch
 
 from libai.hooks import LoggerHook
 from libai.hooks.histogram_hook import HistogramHook
-from libai.hooks.log_backends import (
-    Histogram,
-    MLflowBackend,
-    TensorboardBackend,
-    WandbBackend,
-    flatten_config,
-)
+from libai.hooks.log_backends import Histogram, TensorboardBackend, flatten_config
+from libai.hooks.trackers import MLflowBackend, WandbBackend
 from libai.runner import Runner
 from libai.testing import toy_config
 from libai.utils.errors import ConfigError

@@ -29,3 +29,23 @@ def _drop_run_log_files():
         if isinstance(h, logging.FileHandler):
             logger.removeHandler(h)
             h.close()
+
+
+@pytest.fixture
+def libai_log():
+    """The messages the libai logger emits during the test, in order.
+
+    caplog cannot see them: once a Runner has set the libai logger up it does not propagate to the
+    root logger, where caplog listens.
+    """
+    messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logger = logging.getLogger("libai")
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield messages
+    logger.removeHandler(handler)
+    logger.setLevel(old_level)
+

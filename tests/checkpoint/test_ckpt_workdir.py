@@ -65,43 +65,40 @@ def test_find_resumable_falls_back_when_latest_is_corrupt(tmp_path, caplog):
     assert f"Resuming from '{good}' instead" in msg
 
 
-def test_find_resumable_skips_checkpoints_without_valid_manifest(tmp_path, caplog):
+def test_find_resumable_skips_checkpoints_without_valid_manifest(tmp_path, libai_log):
     good = _save(tmp_path, "iter_1.pth", pointer=False)
     time.sleep(0.01)
     torch.save({"w": torch.ones(1)}, tmp_path / "iter_3.pth")  # newest, but no manifest
     tampered = _save(tmp_path, "iter_2.pth")
     manifest_path(tampered).write_text("{broken")
-    with caplog.at_level(logging.WARNING, logger="libai.checkpoint"):
-        assert find_resumable(tmp_path) == good
-    msg = caplog.records[-1].getMessage()
+    assert find_resumable(tmp_path) == good
+    msg = libai_log[-1]
     assert "iter_2.pth.manifest.json" in msg and "not valid JSON" in msg
     assert "Skipped incomplete or damaged checkpoints: iter_3.pth" in msg
     assert str(good) in msg
 
 
-def test_find_resumable_with_missing_target_or_pointer(tmp_path, caplog):
+def test_find_resumable_with_missing_target_or_pointer(tmp_path, libai_log):
     assert find_resumable(tmp_path) is None
     assert find_resumable(tmp_path / "does-not-exist") is None
     first = _save(tmp_path, "iter_1.pth")
     second = _save(tmp_path, "iter_2.pth")
     remove_checkpoint(second)
-    with caplog.at_level(logging.WARNING, logger="libai.checkpoint"):
-        assert find_resumable(tmp_path) == first
-    assert "iter_2.pth" in caplog.records[-1].getMessage()
+    assert find_resumable(tmp_path) == first
+    assert "iter_2.pth" in libai_log[-1]
     (tmp_path / LATEST_NAME).unlink()  # crash between manifest and pointer update
     assert find_resumable(tmp_path) == first
-    assert "does not exist" in caplog.records[-1].getMessage()
+    assert "does not exist" in libai_log[-1]
     (tmp_path / LATEST_NAME).write_text("")
     assert find_resumable(tmp_path) == first
-    assert "damaged" in caplog.records[-1].getMessage()
+    assert "damaged" in libai_log[-1]
 
 
-def test_find_resumable_returns_none_when_nothing_verifies(tmp_path, caplog):
+def test_find_resumable_returns_none_when_nothing_verifies(tmp_path, libai_log):
     only = _save(tmp_path, "iter_1.pth")
     _truncate(only)
-    with caplog.at_level(logging.WARNING, logger="libai.checkpoint"):
-        assert find_resumable(tmp_path) is None
-    assert "nothing to resume" in caplog.records[-1].getMessage()
+    assert find_resumable(tmp_path) is None
+    assert "nothing to resume" in libai_log[-1]
 
 
 def test_list_checkpoints_orders_by_manifest_time(tmp_path):

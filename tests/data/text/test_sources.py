@@ -1,7 +1,6 @@
 """load_corpus: the built-in Shakespeare corpus, raw files, preprocessed prefixes, the cache."""
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -33,21 +32,6 @@ def text_file(tmp_path):
     path = tmp_path / "my corpus.txt"
     path.write_text(TEXT, encoding="utf-8")
     return path
-
-
-@pytest.fixture
-def build_log():
-    """Messages the libai logger prints (it does not propagate to caplog's root handler)."""
-    records = []
-    handler = logging.Handler()
-    handler.emit = lambda r: records.append(r.getMessage())
-    logger = logging.getLogger("libai")
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    yield records
-    logger.removeHandler(handler)
-    logger.setLevel(old_level)
 
 
 # ------------------------------------------------------------------------------ Shakespeare
@@ -112,12 +96,12 @@ def test_all_plays_counts():
 
 
 # ------------------------------------------------------------------------------- raw files
-def test_build_once_then_reuse(tmp_path, text_file, build_log):
+def test_build_once_then_reuse(tmp_path, text_file, libai_log):
     corpus = load_corpus(text_file, tokenizer=WP, cache_dir=tmp_path / "cache")
     assert isinstance(corpus, TextCorpus) and len(corpus.tokens) == 20
     assert corpus.tokens.num_sentences == 40 and corpus.vocab_size == 300
-    assert any("Building the my_corpus corpus into" in m and "(first use)" in m for m in build_log)
-    assert any("Built the my_corpus corpus: 20 documents, 40 sentences" in m for m in build_log)
+    assert any("Building the my_corpus corpus into" in m and "(first use)" in m for m in libai_log)
+    assert any("Built the my_corpus corpus: 20 documents, 40 sentences" in m for m in libai_log)
     (folder,) = (tmp_path / "cache" / "text").glob("my_corpus-wordpiece-300-*[!k]")
     assert sorted(p.name for p in folder.iterdir()) == [
         "corpus.bin",
@@ -128,11 +112,11 @@ def test_build_once_then_reuse(tmp_path, text_file, build_log):
     ]
     meta = json.loads((folder / "meta.json").read_text())
     assert meta["counts"]["docs"] == 20 and meta["key"]["append_eod"] is False
-    build_log.clear()
+    libai_log.clear()
     again = load_corpus(
         str(text_file), tokenizer=dict(WP, lowercase=True), cache_dir=tmp_path / "cache"
     )
-    assert build_log == []  # reused: nothing logged, nothing rebuilt
+    assert libai_log == []  # reused: nothing logged, nothing rebuilt
     assert again.tokens.prefix == corpus.tokens.prefix
     assert np.array_equal(again.tokens.tokens, corpus.tokens.tokens)
 
@@ -269,7 +253,7 @@ print("RESULT", c.tokens.prefix, hashlib.sha256(bytes(c.tokens.tokens)).hexdiges
 """
 
 
-def test_threads_starting_together_build_once(tmp_path, text_file, build_log):
+def test_threads_starting_together_build_once(tmp_path, text_file, libai_log):
     # flock excludes separate open() calls of one process too: the fast version of the test below
     n = 4
     barrier = threading.Barrier(n)
@@ -284,7 +268,7 @@ def test_threads_starting_together_build_once(tmp_path, text_file, build_log):
         t.start()
     for t in threads:
         t.join(timeout=60)
-    assert sum("Building the my_corpus corpus" in m for m in build_log) == 1, build_log
+    assert sum("Building the my_corpus corpus" in m for m in libai_log) == 1, libai_log
     assert len({r.tokens.prefix for r in results}) == 1
     assert all(np.array_equal(r.tokens.tokens, results[0].tokens.tokens) for r in results)
 

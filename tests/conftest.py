@@ -7,11 +7,18 @@ import pytest
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _text_cache(tmp_path_factory):
+def _text_cache(tmp_path_factory, worker_id):
     # The text configs build the built-in corpus into a cache on first use: one per test session,
-    # never the user's ~/.cache. Child processes (tools run by the tests) inherit it.
+    # never the user's ~/.cache. Child processes (tools run by the tests) inherit it. pytest-xdist
+    # workers share one (the base temp folder's parent is the session's): the cache is built once,
+    # by whichever worker comes first, the others wait on its lock (libai/data/text/sources.py).
     old = os.environ.get("LIBAI_CACHE_DIR")
-    os.environ["LIBAI_CACHE_DIR"] = str(tmp_path_factory.mktemp("libai_cache"))
+    if worker_id == "master":
+        cache = tmp_path_factory.mktemp("libai_cache")
+    else:
+        cache = tmp_path_factory.getbasetemp().parent / "libai_cache"
+        cache.mkdir(exist_ok=True)
+    os.environ["LIBAI_CACHE_DIR"] = str(cache)
     yield
     if old is None:
         os.environ.pop("LIBAI_CACHE_DIR", None)

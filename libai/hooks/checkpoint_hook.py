@@ -159,6 +159,28 @@ class CheckpointHook(Hook):
             filename = f"iter_{runner.iter}.pth"
         self._save_periodic(runner, filename, runner.iter)
 
+    def save_now(self, runner: Any, force: bool = False) -> str:
+        """Save ``iter_<n>.pth`` now, for a run that a signal stops between two steps, unless
+        this iteration was just saved (and ``force`` is False); wait until the file and the
+        latest pointer are complete. The file joins the rotation like a periodic one.
+
+        Returns:
+            The checkpoint of the current iteration.
+
+        Raises:
+            CheckpointError: The save failed, whatever ``on_error`` says: the run is ending.
+        """
+        done = runner.iter
+        if force or self._last_saved_iter != done:
+            self._last_saved_iter = None
+            self._save_periodic(runner, f"iter_{done}.pth", done)
+        runner.wait_for_checkpoints()
+        latest = _latest_target(runner.work_dir)
+        if self._last_saved_iter != done or latest is None:
+            raise CheckpointError(f"No checkpoint of iteration {done} could be written (see the "
+                                  f"error above); --resume continues from the last complete one.")
+        return latest
+
     # --------------------------------------------------------------------------- saving
     def _guard(self, runner: Any, fn: Any, *args: Any) -> Any:
         """Run a save under the ``on_error`` policy; returns None when a save failed."""

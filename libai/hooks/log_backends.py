@@ -1,9 +1,10 @@
 """Where LoggerHook writes scalars: a JSON-lines file, TensorBoard event files, and the
 experiment trackers Weights & Biases and MLflow (optional dependencies).
 
-A backend is opened once per run with the run's log folder and, after a resume, the last
-iteration the restored state had reached: everything a previous attempt wrote *after* that step
-is dropped, so that curves neither repeat nor go backwards. Steps are train iterations (the
+A backend is opened once per run with the folder of the run's series (its own run folder, or
+after a resume the folder of the series it continues) and the last iteration the restored state
+had reached: what a previous attempt wrote *after* that step is hidden or set aside, so that
+curves neither repeat nor go backwards. Steps are train iterations (the
 number completed), for validation metrics too.
 
 To add a backend, subclass :class:`BaseLogBackend`, register it with
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -205,8 +207,9 @@ class JsonlBackend(_BatchedBackend):
     when the run ends, also by an exception or Ctrl-C (written one by one between training
     steps, with cold caches, each costs several times more). So after a resume the file is
     complete up to the checkpoint; only a killed process loses at most ``flush_secs`` of rows.
-    Reopened after a resume, the lines with ``step > resume_step`` are removed (the file is
-    rewritten through a temporary file and an atomic rename).
+    Reopened after a resume, the lines with ``step > resume_step`` are left out of the file
+    (rewritten through a temporary file and an atomic rename); the file as it was stays
+    beside it as ``scalars.jsonl.1`` (then ``.2`` ...): nothing a run logged is ever cut.
 
     Args:
         filename: File name inside the log folder. Defaults to 'scalars.jsonl'.
@@ -240,10 +243,17 @@ class JsonlBackend(_BatchedBackend):
                     kept.append(line if line.endswith("\n") else line + "\n")
                 else:
                     dropped += 1
-        if dropped:
+        if dropped:  # the file as it was is kept, as scalars.jsonl.1 (.2, ...), never cut
             tmp = f"{path}.tmp"
             with open(tmp, "w", encoding="utf-8") as f:
                 f.writelines(kept)
+            n = 1
+            while os.path.exists(f"{path}.{n}"):
+                n += 1
+            try:
+                os.link(path, f"{path}.{n}")
+            except OSError:  # a file system without hard links
+                shutil.copyfile(path, f"{path}.{n}")
             os.replace(tmp, path)
 
     def _accepts(self) -> bool:

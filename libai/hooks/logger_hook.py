@@ -71,8 +71,10 @@ class LoggerHook(Hook):
         progress_bar: Show a live bar with iterations done, elapsed time and ETA. Defaults to
             True.
         plot: At the end of the run, draw the scalars of scalars.jsonl as PNGs in
-            ``<log_dir>/plots/``: ``overview.png`` (loss, lr, validation metrics and
+            ``<run folder>/plots/``: ``overview.png`` (loss, lr, validation metrics and
             iteration time on one page) and one per scalar family (needs a JsonlBackend).
+            Drawn next to the scalars (in the series' run folder). A ``--fast-dev-run``
+            writes no scalars and draws nothing.
             True: in a background process (``plot_process``) that appends "Saved ..." to the
             run's log when done, a second or so after the run ends; the run does not wait for
             it. "wait": in this process, before the run ends. False: no plots. Defaults to True.
@@ -114,6 +116,8 @@ class LoggerHook(Hook):
         self._bar = ProgressBar(enabled=False)
         self._opened = False
         self._training = False
+        self._trained = False  # this process trained: its test goes into the same series
+        self._dry = False
         self._by_epoch = False
         self._max_iters = 0
         self._per_epoch: int | None = None
@@ -128,6 +132,7 @@ class LoggerHook(Hook):
     # ------------------------------------------------------------------------ lifecycle
     def before_run(self, runner: Any) -> None:
         self._bar = ProgressBar(enabled=self.progress_bar and runner.rank == 0)
+        self._dry = bool(getattr(runner, "fast_dev_run", 0))  # a dry run writes no scalars
 
     def before_train(self, runner: Any) -> None:
         self._training = True
@@ -139,9 +144,9 @@ class LoggerHook(Hook):
         self._sums.reset()
         device = torch.device(runner.device)
         self._cuda_device = device if device.type == "cuda" else None
-        # One scalar series per work dir, like its checkpoints: a resumed run drops what an
-        # earlier attempt logged past the restored iteration (a fresh run drops everything), so
-        # steps never repeat or go backwards.
+        # A fresh run starts a series in its own run folder; a resumed one continues the series
+        # of its checkpoint (runner.series_dir), where what an earlier attempt logged past the
+        # restored iteration is set aside, so steps never repeat or go backwards.
         self._open(runner, resume_step=runner.iter)
         self._bar.add("train", "train", total=runner.max_iters, completed=runner.iter)
 
@@ -149,6 +154,7 @@ class LoggerHook(Hook):
         if self._sums.iterations:  # stopped early, between two intervals
             self._log_train(runner, batch_idx=None, done=runner.iter)
         self._training = False
+        self._trained = True
         self._bar.remove("train")
 
     def after_run(self, runner: Any) -> None:
@@ -163,11 +169,15 @@ class LoggerHook(Hook):
             self._plot(runner)
 
     def _open(self, runner: Any, resume_step: int | None = None) -> None:
-        if self._opened or runner.rank != 0:
+        if self._opened or runner.rank != 0 or self._dry:
             return
-        # training writes next to its checkpoints; an eval-only run (tools/test.py) into its own
-        # run folder, so it never appends a backwards step to a training series
-        target = runner.work_dir if self._training else runner.log_dir
+        # training, and the test right after it, write into the series of the training; an
+        # eval-only run (tools/test.py) into its own run folder, so it never appends a backwards
+        # step to a training series
+        if self._training or self._trained:
+            target = getattr(runner, "series_dir", runner.log_dir)
+        else:
+            target = runner.log_dir
         for backend in self.backends:
             backend.open(target, resume_step=resume_step)
         self._opened = True
@@ -180,7 +190,7 @@ class LoggerHook(Hook):
                 backend.flush()
 
     def _write(self, runner: Any, scalars: dict[str, float], step: int) -> None:
-        if runner.rank != 0 or not scalars:
+        if runner.rank != 0 or not scalars or self._dry:
             return
         self._open(runner)
         self._final.update(scalars)
@@ -336,7 +346,7 @@ class LoggerHook(Hook):
         jsonl = next((b for b in self.backends if isinstance(b, JsonlBackend) and b.path), None)
         if jsonl is None or not os.path.exists(jsonl.path):
             return
-        out_dir = os.path.join(runner.log_dir, "plots")
+        out_dir = os.path.join(os.path.dirname(jsonl.path), "plots")
         if self.plot != "wait":  # drawn by a process of its own: the run ends without waiting
             log_file = _log_file(runner)
             script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_plots.py")

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from libai.checkpoint import get_rng_state, set_rng_state
 from libai.registry import LOOPS
 from libai.utils.errors import ConfigError
+from libai.utils.signals import StopRequested
 
 from .base import BaseLoop
 
@@ -39,6 +41,28 @@ class _TrainLoop(BaseLoop):
         self._batch_in_epoch = 0  # batches of the current epoch already consumed
         self._step_done = False  # inside after_train_iter: the optimizer step has happened
         self._step: Any = None  # (train step function, optim wrapper), held by run()
+        self._val_pending = False  # a signal stopped the validation due at this iteration
+        self.start_iter = 0  # where run() started: a stop there has nothing new to save
+
+    def _poll_stop(self, stop: Any) -> None:
+        """Between two steps: a signal received by any rank stops training here (the runner
+        saves this iteration and raises). ``stop`` is ``runner.stop_request`` or None."""
+        if stop is not None:
+            signum = stop.poll()
+            if signum:
+                self.runner.stop_on_signal(signum)
+
+    def _validate(self, val_loop: Any, stop: Any) -> None:
+        """Validate; a signal during it stops training at this iteration, with the RNG state the
+        validation started from, and the checkpoint asks the resumed run to redo it."""
+        self._val_pending = False
+        rng = get_rng_state() if stop is not None else None
+        try:
+            val_loop.run()
+        except StopRequested as e:
+            set_rng_state(rng)
+            self._val_pending = True
+            self.runner.stop_on_signal(e.signum, val_interrupted=True)
 
     def _set_epoch(self) -> None:
         sampler = getattr(self.dataloader, "sampler", None)
@@ -76,14 +100,19 @@ class _TrainLoop(BaseLoop):
         """
         done = self.iter + (1 if self._step_done else 0)
         if self._batch_in_epoch >= self.iters_per_epoch:
-            return {"iter": done, "epoch": self.epoch + 1, "batch_in_epoch": 0}
-        return {"iter": done, "epoch": self.epoch, "batch_in_epoch": self._batch_in_epoch}
+            state = {"iter": done, "epoch": self.epoch + 1, "batch_in_epoch": 0}
+        else:
+            state = {"iter": done, "epoch": self.epoch, "batch_in_epoch": self._batch_in_epoch}
+        if self._val_pending:  # only in a checkpoint written when a signal stopped validation
+            state["val_pending"] = True
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         """Restore the position; the sampler is told to skip the consumed part of the epoch."""
         self.iter = int(state["iter"])
         self.epoch = int(state["epoch"])
         self._batch_in_epoch = int(state["batch_in_epoch"])
+        self._val_pending = bool(state.get("val_pending", False))
 
 
 @LOOPS.register_module()
@@ -121,10 +150,14 @@ class IterBasedTrainLoop(_TrainLoop):
         runner.model.train()  # the eval loops restore the mode they found
         self._hold_step()
         val_loop = runner.val_loop  # looked up once: this loop runs every iteration
+        stop, self.start_iter = getattr(runner, "stop_request", None), self.iter
+        if self._val_pending and val_loop is not None:  # a signal stopped it last time
+            self._validate(val_loop, stop)
         if self._data_iter is None and self.iter < stop_at:
             self._set_epoch()
             self._data_iter = iter(self.dataloader)
         while self.iter < stop_at and not runner.should_stop:
+            self._poll_stop(stop)
             try:
                 batch = next(self._data_iter)
             except StopIteration:
@@ -133,7 +166,7 @@ class IterBasedTrainLoop(_TrainLoop):
             self._batch_in_epoch += 1
             self.run_iter(self._batch_in_epoch - 1, batch)
             if val_loop is not None and self._should_validate(stop_at):
-                val_loop.run()
+                self._validate(val_loop, stop)
         runner.call_hook("after_train_epoch")
         runner.call_hook("after_train")
 
@@ -166,18 +199,22 @@ class EpochBasedTrainLoop(_TrainLoop):
         stop_at = runner.limit_iters(self.max_iters)
         runner.call_hook("before_train")
         self._hold_step()
+        stop, self.start_iter = getattr(runner, "stop_request", None), self.iter
+        if self._val_pending and runner.val_loop is not None:  # a signal stopped it last time
+            self._validate(runner.val_loop, stop)
         while self.epoch < self.max_epochs and self.iter < stop_at and not runner.should_stop:
-            self.run_epoch(stop_at)
+            self._poll_stop(stop)
+            self.run_epoch(stop_at, stop)
             if runner.should_stop and self._batch_in_epoch != 0:
                 break  # stopped inside the epoch: neither count it as done nor validate
             done = self.epoch
             if runner.val_loop is not None and done >= self.val_begin and (
                 done % self.val_interval == 0 or done == self.max_epochs
             ):
-                runner.val_loop.run()
+                self._validate(runner.val_loop, stop)
         runner.call_hook("after_train")
 
-    def run_epoch(self, stop_at: int) -> None:
+    def run_epoch(self, stop_at: int, stop: Any = None) -> None:
         runner = self.runner
         runner.call_hook("before_train_epoch")
         runner.model.train()
@@ -187,6 +224,8 @@ class EpochBasedTrainLoop(_TrainLoop):
             self.run_iter(self._batch_in_epoch - 1, batch)
             if runner.should_stop or self.iter >= stop_at:
                 break
+            if self._batch_in_epoch < self.iters_per_epoch:  # at the end: after its hooks
+                self._poll_stop(stop)
         if self._batch_in_epoch == self.iters_per_epoch:
             runner.call_hook("after_train_epoch")
             self.epoch += 1

@@ -56,6 +56,7 @@ class CheckpointMixin:
                 "experiment_name": self.experiment_name,
                 "config": self.config_text,
                 "config_json": config_json(self.cfg),
+                "run_folder": self._run_folder(),
                 **(meta or {}),
             },
             "state_dict": model_state_for_saving(self.model),
@@ -203,6 +204,7 @@ class CheckpointMixin:
             if key in hooks:
                 hooks[key].load_state_dict(st)
         self.message_hub.load_state_dict(ckpt.get("message_hub", {}))
+        self._continue_series(meta.get("run_folder"))
         rng = ckpt.get("rng") or []
         if len(rng) == self.world_size:
             set_rng_state(rng[self.rank])
@@ -213,6 +215,26 @@ class CheckpointMixin:
             f"optimizer, schedulers, loop and sampler position, RNG states, "
             f"{len(ckpt.get('hooks', {}))} hook state(s). From the current config: everything else."
         )
+
+    def _run_folder(self) -> str | None:
+        """The name of the run folder holding this training's scalar series, for the meta."""
+        series = getattr(self, "series_dir", None)
+        if series is None or os.path.dirname(os.path.abspath(series)) != self.work_dir:
+            return None  # a dry run's temporary folder
+        return os.path.basename(series)
+
+    def _continue_series(self, name: Any) -> None:
+        """After a resume, write the scalars into the series the checkpoint belongs to, when its
+        run folder is in this work dir; else this run's own folder starts a series whose steps
+        continue from the checkpoint's."""
+        from libai.utils.run_layout import RUN_FOLDER
+
+        if self.fast_dev_run or not isinstance(name, str) or not RUN_FOLDER.match(name):
+            return
+        folder = os.path.join(self.work_dir, name)
+        if os.path.isdir(folder):
+            self.series_dir = folder
+            self.logger.info(f"Scalars continue the series in {folder}.")
 
     def _load_or_resume(self, weights_only: bool = False) -> None:
         """Apply ``resume`` / ``load_from`` from the config, once."""

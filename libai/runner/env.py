@@ -67,14 +67,27 @@ def seed_everything(randomness: dict) -> int:
     return int(seed)
 
 
-def make_run_dir(work_dir: str) -> tuple[str, str]:
-    """Create ``work_dir/<timestamp>/`` (same timestamp on every rank); return (timestamp, path)."""
-    stamp = dist.broadcast_object(time.strftime("%Y%m%d_%H%M%S"))
-    log_dir = os.path.join(work_dir, stamp)
-    if dist.is_main_process():
-        os.makedirs(log_dir, exist_ok=True)
+def make_run_dir(work_dir: str, dry_run: bool = False) -> tuple[str, str]:
+    """Create a new run folder ``work_dir/<timestamp>/`` (the same on every rank; see
+    :mod:`libai.utils.run_layout`); return (its name, its path).
+
+    ``dry_run`` (``--fast-dev-run``): a temporary folder outside the work dir instead, removed
+    when the process exits, so that the work dir is left exactly as it was.
+    """
+    if dry_run:
+        import atexit
+        import shutil
+        import tempfile
+
+        path = tempfile.mkdtemp(prefix="libai-fast-dev-run-")
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+        return time.strftime("%Y%m%d_%H%M%S"), path
+    from libai.utils.run_layout import new_run_folder
+
+    stamp = new_run_folder(work_dir)[0] if dist.is_main_process() else None
+    stamp = dist.broadcast_object(stamp)
     dist.barrier()
-    return stamp, log_dir
+    return stamp, os.path.join(work_dir, stamp)
 
 
 def env_summary(device: torch.device, seed: int, extra: dict[str, Any] | None = None) -> str:

@@ -59,7 +59,9 @@ class Runner(CheckpointMixin):
         self.seed = env.seed_everything(randomness)
         self._diff_rank_seed = bool(randomness.get("diff_rank_seed"))
         self.work_dir = os.path.abspath(cfg.get("work_dir") or "work_dirs/default")
-        self.timestamp, self.log_dir = env.make_run_dir(self.work_dir)
+        # a dry run's folder is a temporary one: it leaves the work dir as it was
+        self.timestamp, self.log_dir = env.make_run_dir(self.work_dir, dry_run=self.fast_dev_run > 0)
+        self.series_dir = self.log_dir  # where training scalars go; resume() may change it
         self.experiment_name = cfg.get("experiment_name") or _config_name(cfg)
         self.logger = self._make_logger()
         self.logger.info(env.env_summary(self.device, self.seed, {"work dir": self.log_dir}))

@@ -166,7 +166,12 @@ def train_resumed(cfg: dict, **extra: Any) -> Runner:
 
 
 def read_scalars(work_dir: Any) -> list[dict]:
-    with open(os.path.join(str(work_dir), "scalars.jsonl"), encoding="utf-8") as f:
+    """The rows of the newest training series of ``work_dir`` (in its run folder)."""
+    from libai.utils.run_layout import training_scalars
+
+    path = training_scalars(str(work_dir))
+    assert path is not None, f"no training scalars in {work_dir}"
+    with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 
 

@@ -64,8 +64,11 @@ def torchrun(tmp_path, config, work, *extra):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("acc", [1, 2], ids=["no-accumulation", "inside-accumulation-window"])
-def test_two_process_resume_is_bit_identical(tmp_path, acc):
+def test_two_process_resume_inside_an_accumulation_window_is_bit_identical(tmp_path):
+    # with accumulation 2 and K odd the stop falls inside a window, where each rank holds its own
+    # unsynchronised gradients. Without accumulation the same save and load run with no gradients
+    # to keep: a subset, so one 2-process case (3 torchrun launches, ~20 s) is enough.
+    acc = 2
     (tmp_path / "resume_ctrl_c.py").write_text(STOP_HOOK)
     plain, stopping = tmp_path / "plain.py", tmp_path / "stopping.py"
     plain.write_text(CONFIG.format(n=N, k=K, acc=acc, hooks=[]))

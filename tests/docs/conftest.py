@@ -1,0 +1,70 @@
+"""Every fenced block of README.md and docs/*.md is a test, collected and run with Sybil.
+
+Why Sybil: it parses Markdown into regions with documented extension points, so one harness
+runs Python (plain blocks and ``>>>`` sessions), shell and console blocks with their shown
+output, keeps one namespace and one setup/teardown per document (a page's blocks build on one
+another), and has a skip directive written as an HTML comment that GitHub does not render.
+pytest-markdown-docs runs Python blocks only; pytest-codeblocks runs Python and shell but has
+no hook for our own output comparison (figures within a tolerance) or for in-process tools.
+
+The rules (doc_blocks.py has the details):
+
+- ``python``: a ``>>>`` session is a doctest; a block headed ``# path/file.py`` is written to that
+  file (a config is loaded and checked, a module only compiled; a later block uses it); a block
+  assigning ``_base_`` is loaded as a config, one made only of top-level config keys is checked as
+  a fragment on top of configs/digits_mlp.py; anything else is executed.
+- ``bash``/``shell``: each command must exit with status 0.
+- ``console``: ``$ command`` lines, each followed by the output it shows, compared with whitespace
+  collapsed; ``...`` is any text, ``~X`` a figure within 10%, ``X±T`` one within T.
+- ``yaml``/``json``: parsed; headed ``# name.yaml`` they are written for later blocks.
+- ``text``: shown only (trees, log excerpts). Any other fence, or none, fails.
+- ``<!-- skip: next "reason" -->`` directly above a block skips it; the reason is required and
+  shows in the skip list at the end of the run (``pytest -rs``).
+
+Each document runs in a sandbox (a temp folder with configs/ copied and tools/ linked) that is its
+working directory, so nothing is written into the repository.
+"""
+
+from pathlib import Path
+
+import pytest
+from doc_blocks import REPO, parsers, setup_sandbox, teardown_sandbox
+from sybil import Sybil
+from sybil.integration.pytest import SybilFile
+
+DOCS = Sybil(parsers=parsers(), patterns=["*.md"], setup=setup_sandbox,
+             teardown=teardown_sandbox, name="docs")
+
+
+def documents() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+class _DocsDir(pytest.Dir):
+    """tests/docs: its own test modules, then README.md and docs/*.md (which pytest would not
+    visit: they are outside testpaths)."""
+
+    def collect(self):
+        yield from super().collect()
+        for path in documents():
+            yield SybilFile.from_parent(self, path=path, sybils=[DOCS])
+
+
+def pytest_collect_directory(path, parent):
+    if path == Path(__file__).parent:
+        return _DocsDir.from_parent(parent, path=path)
+    return None
+
+
+def pytest_terminal_summary(terminalreporter):
+    skipped = [r for r in terminalreporter.stats.get("skipped", [])
+               if str(getattr(r, "fspath", "")).endswith(".md")]
+    ran = [r for key in ("passed", "failed") for r in terminalreporter.stats.get(key, [])
+           if str(getattr(r, "fspath", "")).endswith(".md") and r.when == "call"]
+    if not skipped and not ran:
+        return
+    terminalreporter.section("docs blocks")
+    terminalreporter.write_line(f"{len(ran)} block(s) run, {len(skipped)} skipped:")
+    for report in skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        terminalreporter.write_line(f"  {report.nodeid}: {reason}")

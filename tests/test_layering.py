@@ -17,6 +17,7 @@ LAYER = {
     "evaluator": 2,
     "checkpoint": 2,
     "data": 2,
+    "parallel": 2,
     "testing": 2,
     "hooks": 3,
     "loops": 3,

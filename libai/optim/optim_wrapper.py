@@ -25,6 +25,8 @@ from libai.registry import OPTIM_WRAPPERS
 from libai.utils.errors import CheckpointError, ConfigError
 from libai.utils.suggest import did_you_mean
 
+from .clip import clip_grad_norm_
+
 _NO_CONTEXT = nullcontext()
 _TORCH_ZERO_GRAD = torch.optim.Optimizer.zero_grad
 _profiler_enabled = torch._C._autograd._profiler_enabled
@@ -284,7 +286,7 @@ class OptimWrapper:
             return
         kind, kwargs = self._clip
         if kind == "norm":
-            self._grad_norm = nn.utils.clip_grad_norm_(params, **kwargs)
+            self._grad_norm = clip_grad_norm_(params, **kwargs)
         else:
             nn.utils.clip_grad_value_(params, **kwargs)
 

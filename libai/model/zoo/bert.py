@@ -80,6 +80,7 @@ class BertModel(nn.Module):
     """
 
     hf_model_type = "bert"
+    parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
 
     def __init__(self, vocab_size: int = 30522, hidden_size: int = 768, num_layers: int = 12,
                  num_heads: int = 12, ffn_hidden_size: int = 3072,
@@ -141,6 +142,7 @@ class BertForPreTraining(nn.Module):
     """
 
     hf_model_type = "bert"
+    parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
 
     def __init__(self, vocab_size: int = 30522, hidden_size: int = 768, num_layers: int = 12,
                  num_heads: int = 12, ffn_hidden_size: int = 3072,
@@ -235,6 +237,7 @@ class BertForSequenceClassification(nn.Module):
     """
 
     hf_model_type = "bert"
+    parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
 
     def __init__(self, vocab_size: int = 30522, hidden_size: int = 768, num_layers: int = 12,
                  num_heads: int = 12, ffn_hidden_size: int = 3072,

@@ -61,6 +61,7 @@ class GPTModel(nn.Module):
     """
 
     hf_model_type = "gpt2"
+    parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
 
     def __init__(self, vocab_size: int = 50257, hidden_size: int = 768, num_layers: int = 12,
                  num_heads: int = 12, ffn_hidden_size: int | None = None,
@@ -111,6 +112,7 @@ class GPTForCausalLM(nn.Module):
     """
 
     hf_model_type = "gpt2"
+    parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
 
     def __init__(self, vocab_size: int = 50257, hidden_size: int = 768, num_layers: int = 12,
                  num_heads: int = 12, ffn_hidden_size: int | None = None,

@@ -1,0 +1,187 @@
+"""Apply a :class:`~libai.parallel.config.ParallelConfig` to a model: the device mesh, activation
+checkpointing, tensor parallel, then FSDP2 or DDP, in that order (torchtitan's order: each step
+wraps what the previous one produced).
+
+The model says how it can be split, as data (STYLE.md rule 13):
+
+- ``parallel_blocks``: class names of its repeated blocks. FSDP shards each block on its own (its
+  parameters are gathered just before its forward and freed after), and the "blocks" policy of
+  activation checkpointing recomputes each block's activations in the backward.
+- ``tp_plan`` on a block class: ``{submodule path: "colwise" | "rowwise"}``, Megatron-LM's split
+  of attention and MLP: q/k/v and the first MLP layer by output features (each process keeps
+  whole heads), the output projections by input features, one all-reduce per sub-layer.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from libai.utils.errors import ConfigError
+from libai.utils.suggest import did_you_mean
+
+from .config import ParallelConfig
+
+__all__ = ["build_mesh", "find_blocks", "apply_activation_checkpointing", "apply_tensor_parallel",
+           "parallelize"]
+
+
+def build_mesh(pc: ParallelConfig, device_type: str) -> Any:
+    """A DeviceMesh with one named dimension per size > 1 (data, fsdp, tensor; tensor innermost,
+    so that tensor-parallel peers are neighbouring ranks, on one node), or None for one process."""
+    if pc.world_size == 1:
+        return None
+    from torch.distributed.device_mesh import init_device_mesh
+
+    names = tuple(n for n in ("data", "fsdp", "tensor") if getattr(pc, n) > 1)
+    return init_device_mesh(device_type, tuple(getattr(pc, n) for n in names), mesh_dim_names=names)
+
+
+def find_blocks(model: nn.Module, names: tuple[str, ...] | list[str] | None,
+                key: str = "parallel.blocks") -> list[nn.Module]:
+    """The modules whose class name is in ``names`` (None: the model's ``parallel_blocks``)."""
+    names = tuple(names if names is not None else getattr(model, "parallel_blocks", ()))
+    if not names:
+        return []
+    found = [m for m in model.modules() if type(m).__name__ in names and m is not model]
+    classes = {type(m).__name__ for m in model.modules()}
+    missing = [n for n in names if n not in classes]
+    if missing:
+        raise ConfigError(
+            f"{key}: {type(model).__name__} has no module of class {missing[0]!r}."
+            f"{did_you_mean(missing[0], sorted(classes))} Its classes: {', '.join(sorted(classes))}.")
+    return found
+
+
+def _checkpointed_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    from torch.utils.checkpoint import checkpoint
+
+    # the class's forward, looked up at call time: a deep copy of the module (graph mode's
+    # reference copy) rebinds this method to the copy, never to the original
+    return checkpoint(type(self).forward, self, *args, use_reentrant=False, **kwargs)
+
+
+def apply_activation_checkpointing(model: nn.Module, value: Any,
+                                   default_blocks: tuple[str, ...] | None = None) -> list[str]:
+    """Recompute the activations of the chosen modules in the backward instead of keeping them.
+
+    ``value``: None (off), "blocks" (the model's blocks), or ``dict(modules=[class names])``.
+    The math is unchanged (the RNG state is replayed, so dropout draws the same masks); the state
+    dict keys are unchanged (the module's forward is replaced, no wrapper module is added).
+    Returns the class names wrapped, for the log.
+    """
+    if value is None or value is False:
+        return []
+    if value == "blocks" or value is True:
+        names, key = default_blocks, "activation_checkpointing='blocks'"
+        if not (names or getattr(model, "parallel_blocks", None)):
+            raise ConfigError(
+                f"activation_checkpointing='blocks': {type(model).__name__} declares no "
+                f"parallel_blocks; name the modules: activation_checkpointing="
+                f"dict(modules=['MyBlock']).")
+    elif isinstance(value, Mapping) and set(value) == {"modules"}:
+        names, key = value["modules"], "activation_checkpointing.modules"
+        if isinstance(names, str):
+            names = [names]
+    else:
+        raise ConfigError(f"activation_checkpointing={value!r}: expected None, 'blocks' or "
+                          f"dict(modules=['BlockClassName', ...]).")
+    blocks = find_blocks(model, names, key)
+    for block in blocks:
+        block.forward = types.MethodType(_checkpointed_forward, block)
+    return sorted({type(b).__name__ for b in blocks})
+
+
+def apply_tensor_parallel(model: nn.Module, tp_mesh: Any) -> int:
+    """Split every module that declares a ``tp_plan`` over ``tp_mesh``; returns the number of
+    layers split.
+
+    A ``tp_plan`` is a class attribute ``{submodule path: "colwise" | "rowwise"}`` relative to the
+    module (``TransformerBlock`` has one).
+    """
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    planned = [m for m in model.modules() if getattr(m, "tp_plan", None)]
+    if not planned:
+        raise ConfigError(
+            f"parallel.tensor={tp_mesh.size()}: no module of {type(model).__name__} declares a "
+            f"tp_plan, so libai does not know how to split its layers. Use parallel.fsdp "
+            f"instead, or give the block class a plan such as tp_plan = "
+            f"{{'attn.q_proj': 'colwise', 'attn.out_proj': 'rowwise'}} (see docs/parallel.md).")
+    count = 0
+    for module in planned:
+        plan = {}
+        for path, style in module.tp_plan.items():
+            if style not in styles:
+                raise ConfigError(f"{type(module).__name__}.tp_plan[{path!r}]={style!r}: expected "
+                                  f"'colwise' or 'rowwise'.")
+            plan[path] = styles[style]()
+        parallelize_module(module, tp_mesh, plan)
+        count += len(plan)
+    return count
+
+
+def parallelize(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torch.device, *,
+                param_dtype: torch.dtype | None = None, activation_checkpointing: Any = None,
+                ddp_kwargs: Mapping | None = None) -> tuple[nn.Module, list[str]]:
+    """Wrap ``model`` as ``pc`` says; returns the model to train and lines for the log.
+
+    Args:
+        model: The model, on ``device``.
+        pc: The checked ``parallel`` config.
+        mesh: :func:`build_mesh`'s mesh (None for one process).
+        device: The process's device.
+        param_dtype: FSDP2 computes in this dtype (from the AMP settings); gradients are reduced
+            in float32. Defaults to None (the parameters' own dtype).
+        activation_checkpointing: The config value (see :func:`apply_activation_checkpointing`).
+        ddp_kwargs: Extra DistributedDataParallel arguments (``model_wrapper_cfg``).
+    """
+    lines = [pc.describe()]
+    wrapped = apply_activation_checkpointing(model, activation_checkpointing, pc.blocks)
+    if wrapped:
+        lines.append(f"Activation checkpointing: {', '.join(wrapped)} recomputed in the backward")
+    if pc.tensor > 1:
+        if pc.data > 1 and pc.fsdp == 1:
+            raise ConfigError(
+                f"parallel: data={pc.data} with tensor={pc.tensor} needs fsdp for the data "
+                f"dimension: use parallel=dict(fsdp={pc.data}, tensor={pc.tensor}) (2-D FSDP x TP).")
+        n = apply_tensor_parallel(model, mesh["tensor"])
+        lines.append(f"Tensor parallel: {n} layers split over {pc.tensor} processes")
+    if pc.fsdp > 1:
+        _fully_shard(model, pc, mesh, param_dtype)
+        lines.append(f"FSDP2: parameters, gradients and optimizer state sharded over {pc.fsdp} "
+                     f"processes" + (f", replicated {pc.data} times" if pc.data > 1 else ""))
+    elif pc.data > 1 and any(p.requires_grad for p in model.parameters()):
+        from libai.model.wrappers import wrap_ddp
+
+        model = wrap_ddp(model, device, **dict(ddp_kwargs or {}))
+    return model, lines
+
+
+def _fully_shard(model: nn.Module, pc: ParallelConfig, mesh: Any,
+                 param_dtype: torch.dtype | None) -> None:
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    fsdp_mesh = mesh["data", "fsdp"] if pc.data > 1 else mesh["fsdp"]  # 2-D: HSDP
+    options: dict[str, Any] = dict(mesh=fsdp_mesh)
+    if param_dtype is not None:
+        options["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype,
+                                                    reduce_dtype=torch.float32)
+    if pc.cpu_offload:
+        options["offload_policy"] = CPUOffloadPolicy()
+    blocks = find_blocks(model, pc.blocks)
+    for block in blocks:
+        fully_shard(block, reshard_after_forward=pc.reshard_after_forward, **options)
+    # the root holds what is left (embeddings, heads); it is not resharded after the forward:
+    # the backward needs it first
+    fully_shard(model, reshard_after_forward=False if blocks else pc.reshard_after_forward,
+                **options)

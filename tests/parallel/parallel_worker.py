@@ -1,0 +1,70 @@
+"""Run under torchrun with 2 processes (gloo, CPU): each strategy trains a tiny GPT for a few
+AdamW steps next to a one-process reference on the same global batch, and rank 0 prints the
+largest parameter difference per strategy as JSON (tests/parallel/test_parallel.py reads it)."""
+
+import json
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+from libai.model.zoo.gpt import GPTForCausalLM
+from libai.optim.clip import clip_grad_norm_
+from libai.parallel import ParallelConfig, build_mesh, parallelize
+
+STEPS, BATCH, SEQ = 3, 4, 16
+
+
+def tiny_gpt() -> GPTForCausalLM:
+    torch.manual_seed(0)
+    return GPTForCausalLM(vocab_size=96, hidden_size=32, num_layers=2, num_heads=4,
+                          max_position_embeddings=SEQ, hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def batches():
+    g = torch.Generator().manual_seed(1)
+    for _ in range(STEPS):
+        ids = torch.randint(0, 96, (BATCH, SEQ + 1), generator=g)
+        yield dict(input_ids=ids[:, :-1], labels=ids[:, 1:])
+
+
+def train(model, local_batch):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for batch in batches():
+        model(local_batch(batch))["loss"].backward()
+        clip_grad_norm_(list(model.parameters()), 1.0)
+        opt.step()
+        opt.zero_grad()
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+
+
+def max_diff(a, b):
+    return max((a[k].float() - b[k].float()).abs().max().item() for k in b)
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    reference = train(tiny_gpt(), lambda b: b)
+    shard = lambda b: {k: v.chunk(world)[rank] for k, v in b.items()}  # noqa: E731
+    cases = {
+        "ddp": (dict(data=world), None, shard),
+        "fsdp": (dict(data=1, fsdp=world), None, shard),
+        "fsdp+checkpointing": (dict(data=1, fsdp=world), "blocks", shard),
+        "tp": (dict(data=1, tensor=world), None, lambda b: b),
+    }
+    result, states = {}, {}
+    for name, (sizes, checkpointing, local) in cases.items():
+        pc = ParallelConfig(world_size=world, **sizes)
+        model, _ = parallelize(tiny_gpt(), pc, build_mesh(pc, "cpu"), torch.device("cpu"),
+                               activation_checkpointing=checkpointing)
+        states[name] = {k.removeprefix("module."): v for k, v in train(model, local).items()}
+        result[name] = max_diff(states[name], reference)
+    result["fsdp_vs_ddp"] = max_diff(states["fsdp"], states["ddp"])
+    if rank == 0:
+        print("RESULT " + json.dumps(result))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""libai.parallel: the ``parallel`` key, activation checkpointing, FSDP2 and tensor parallel
+against one process."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from libai.model.zoo.gpt import GPTForCausalLM
+from libai.model.zoo.mlp import DigitsMLP
+from libai.parallel import ParallelConfig, apply_activation_checkpointing, parse_parallel
+from libai.utils.errors import ConfigError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def test_sizes_fill_in_data_and_name_the_strategy():
+    assert parse_parallel(None, 4) == ParallelConfig(world_size=4, data=4)
+    pc = parse_parallel(dict(fsdp=2), 4)
+    assert (pc.data, pc.fsdp, pc.tensor, pc.strategy) == (2, 2, 1, "hsdp")
+    assert parse_parallel(dict(fsdp=2, tensor=2), 4).strategy == "fsdp+tp"
+    assert parse_parallel(dict(tensor=2), 2).data_parallel_size == 1
+    assert parse_parallel(None, 1).strategy == "single"
+
+
+@pytest.mark.parametrize("value, message", [
+    (dict(fsdp=3), "fsdp=3 x tensor=1 = 3 does not divide the 4 process(es)"),
+    (dict(data=1, fsdp=2), "data=1 x fsdp=2 x tensor=1 = 2, but this run has 4 process(es)"),
+    (dict(pipeline=2), "pipeline parallel is not supported yet"),
+    (dict(fsdb=2), "unknown key 'fsdb'. Did you mean 'fsdp'?"),
+    (dict(tensor=0), "parallel.tensor=0: expected a whole number >= 1"),
+    (dict(fsdp=2, cpu_offload="yes"), "parallel.cpu_offload='yes': expected True or False"),
+    ("fsdp", "parallel must be a dict"),
+])
+def test_bad_sizes_are_one_clear_line(value, message):
+    with pytest.raises(ConfigError) as e:
+        parse_parallel(value, 4)
+    assert message in str(e.value)
+
+
+def tiny_gpt(dropout=0.1):
+    torch.manual_seed(0)
+    return GPTForCausalLM(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4,
+                          max_position_embeddings=16, hidden_dropout=dropout,
+                          attention_dropout=dropout)
+
+
+def test_activation_checkpointing_changes_memory_not_results():
+    ids = torch.randint(0, 64, (2, 17), generator=torch.Generator().manual_seed(0))
+    batch = dict(input_ids=ids[:, :-1], labels=ids[:, 1:])
+    grads = []
+    for policy in (None, "blocks", dict(modules=["MLP"])):
+        model = tiny_gpt()  # with dropout: the recomputation must draw the same masks
+        assert apply_activation_checkpointing(model, policy) == (
+            [] if policy is None else ["TransformerBlock"] if policy == "blocks" else ["MLP"])
+        keys = list(model.state_dict())
+        torch.manual_seed(1)
+        model(batch)["loss"].backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+        assert list(model.state_dict()) == keys  # no wrapper module, the same checkpoint keys
+    for other in grads[1:]:
+        for a, b in zip(grads[0], other):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("value, message", [
+    (dict(modules=["TransformerBlok"]), "no module of class 'TransformerBlok'. Did you mean "
+                                        "'TransformerBlock'"),
+    ("every", "expected None, 'blocks' or dict(modules=["),
+])
+def test_activation_checkpointing_bad_input(value, message):
+    with pytest.raises(ConfigError) as e:
+        apply_activation_checkpointing(tiny_gpt(), value)
+    assert message in str(e.value)
+
+
+def test_blocks_policy_needs_a_declaration():
+    with pytest.raises(ConfigError, match="DigitsMLP declares no parallel_blocks"):
+        apply_activation_checkpointing(DigitsMLP(), "blocks")
+
+
+@pytest.mark.slow
+def test_fsdp_and_tensor_parallel_equal_one_process():
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         os.path.join(HERE, "parallel_worker.py")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [line] = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    diff = json.loads(line.removeprefix("RESULT "))
+    # 3 AdamW steps on 2 processes vs one process on the same global batch; DDP's own difference
+    # (sums of the same numbers in another order) is the yardstick
+    assert diff["fsdp_vs_ddp"] == 0.0, diff  # FSDP2 reduces the same sums as DDP
+    assert diff["fsdp"] < 1e-6 and diff["fsdp+checkpointing"] < 1e-6, diff
+    assert diff["tp"] < 1e-5, diff

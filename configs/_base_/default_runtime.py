@@ -7,3 +7,7 @@ randomness = dict(seed=0, deterministic=False)
 log_level = "INFO"
 resume = False
 load_from = None
+# How the processes of a torchrun launch split the work (docs/parallel.md): data=None takes what
+# fsdp x tensor leave, so one process trains alone and N processes are DDP.
+parallel = dict(data=None, fsdp=1, tensor=1)
+activation_checkpointing = None  # or "blocks", or dict(modules=["TransformerBlock"])

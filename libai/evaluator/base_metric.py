@@ -191,8 +191,10 @@ class BaseMetric(ABC):
         world_size = dist_utils.get_world_size()
         gathered = dist_utils.all_gather_object(self.results) if world_size > 1 else [self.results]
         self.results = []
+        # tensor-parallel peers (neighbouring ranks) saw the same samples: one of each group
+        gathered = gathered[::world_size // dist_utils.get_data_parallel_world_size()]
         merged = _interleave(gathered)
-        self._check_count(len(merged), size, world_size)
+        self._check_count(len(merged), size, len(gathered))
         merged = merged[:size]
 
         if dist_utils.get_rank() == 0:

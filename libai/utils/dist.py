@@ -23,6 +23,9 @@ __all__ = [
     "get_world_size",
     "get_local_rank",
     "is_main_process",
+    "set_data_parallel",
+    "get_data_parallel_rank",
+    "get_data_parallel_world_size",
     "barrier",
     "all_reduce_mean",
     "all_gather_object",
@@ -88,6 +91,27 @@ def get_world_size() -> int:
 
 def get_local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+# Tensor-parallel peers see the same batch: the samplers and the metrics count "data-parallel"
+# ranks, which are the world's ranks unless libai.parallel says otherwise (set_data_parallel).
+_data_parallel: tuple[int, int] | None = None
+
+
+def set_data_parallel(rank: int | None, world_size: int | None = None) -> None:
+    """Set this process's data-parallel rank and size (None: back to the world's)."""
+    global _data_parallel
+    _data_parallel = None if rank is None else (int(rank), int(world_size))
+
+
+def get_data_parallel_rank() -> int:
+    """The index of this process's share of the batch (its rank without tensor parallel)."""
+    return get_rank() if _data_parallel is None else _data_parallel[0]
+
+
+def get_data_parallel_world_size() -> int:
+    """How many shares the batch is split into (the world size without tensor parallel)."""
+    return get_world_size() if _data_parallel is None else _data_parallel[1]
 
 
 def is_main_process() -> bool:

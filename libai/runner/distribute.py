@@ -11,7 +11,6 @@ from torch import nn
 
 from libai.parallel import build_mesh, parallelize, parse_parallel
 from libai.utils import dist
-from libai.utils.errors import ConfigError
 
 __all__ = ["distribute_model"]
 
@@ -28,8 +27,7 @@ def _param_dtype(cfg: Any) -> torch.dtype | None:
     return _AMP_DTYPES.get(str(dtype)) if dtype is not None else None
 
 
-def distribute_model(cfg: Any, model: nn.Module, device: torch.device, logger: Any,
-                     saves: bool) -> nn.Module:
+def distribute_model(cfg: Any, model: nn.Module, device: torch.device, logger: Any) -> nn.Module:
     """Wrap ``model`` for the processes of this run and log how.
 
     Args:
@@ -38,7 +36,6 @@ def distribute_model(cfg: Any, model: nn.Module, device: torch.device, logger: A
         model: The built model, on ``device``.
         device: This process's device.
         logger: The run's logger.
-        saves: Whether the run writes checkpoints.
     """
     pc = parse_parallel(cfg.get("parallel"), dist.get_world_size())
     dist.set_data_parallel(None)
@@ -46,11 +43,6 @@ def distribute_model(cfg: Any, model: nn.Module, device: torch.device, logger: A
     if pc.strategy == "single" and not checkpointing:
         return model
     sharded = pc.fsdp > 1 or pc.tensor > 1
-    if sharded and saves:
-        raise ConfigError(
-            f"parallel: {pc.strategy} shards the model, and libai does not write sharded "
-            f"checkpoints yet (torch.distributed.checkpoint support is under way). Train without "
-            f"them (default_hooks.checkpoint=None) or use DDP (no parallel key) meanwhile.")
     # ranks are laid out (data, fsdp, tensor), tensor innermost: neighbours share a batch
     dist.set_data_parallel(dist.get_rank() // pc.tensor if pc.tensor > 1 else None,
                            pc.data_parallel_size)

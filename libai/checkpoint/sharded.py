@@ -1,0 +1,176 @@
+"""Sharded checkpoints: the model and optimizer state of an FSDP2 / tensor-parallel run, written by
+every rank through ``torch.distributed.checkpoint`` (DCP); no rank gathers the whole model.
+
+A sharded checkpoint ``iter_N.pth`` is two things:
+
+- ``iter_N.dcp/``: DCP's folder (one ``.distcp`` file per rank and ``.metadata``) with the model
+  state, the optimizer state (keyed by parameter name) and, inside an accumulation window, the
+  gradients summed so far. It is written as ``iter_N.dcp.tmp/`` and renamed when every rank has
+  finished, so a folder under the final name is always complete.
+- ``iter_N.pth``: the usual single file with its manifest (loop position, RNG states, schedulers,
+  hooks, config), written by rank 0 after the rename. It lists the folder's files and sizes. Until
+  it and its manifest exist the checkpoint counts as unfinished, so ``latest_checkpoint``, resume and
+  rotation need nothing new.
+
+Loading goes through DCP too, which reshards: a checkpoint saved by 4 processes loads into 2, or
+into one process without any parallelism.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from libai.utils.errors import CheckpointError
+
+from ._fs import fsync_dir
+
+__all__ = ["SHARDED_SUFFIX", "is_sharded_model", "sharded_folder", "save_sharded",
+           "check_sharded", "load_sharded", "group_settings", "restore_group_settings"]
+
+SHARDED_SUFFIX = ".dcp"
+
+
+def is_sharded_model(model: nn.Module) -> bool:
+    """True when some parameter is a DTensor (FSDP2 or tensor parallel)."""
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def sharded_folder(path: str | os.PathLike) -> Path:
+    """The DCP folder of checkpoint ``path`` (``iter_N.pth`` -> ``iter_N.dcp``)."""
+    path = Path(path)
+    return path.with_name(path.stem + SHARDED_SUFFIX)
+
+
+def _states(model: nn.Module, optimizer: torch.optim.Optimizer | None,
+            with_grads: bool) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    state: dict[str, Any] = {"model": get_model_state_dict(model)}
+    if optimizer is not None:
+        state["optimizer"] = get_optimizer_state_dict(model, optimizer)
+    if with_grads:
+        state["grads"] = {name: p.grad if p.grad is not None else torch.zeros_like(p)
+                          for name, p in model.named_parameters() if p.requires_grad}
+    return state
+
+
+def save_sharded(path: str | os.PathLike, model: nn.Module,
+                 optimizer: torch.optim.Optimizer | None, with_grads: bool = False) -> dict:
+    """Write the shards of checkpoint ``path`` (every rank calls this); returns the listing that
+    rank 0 puts into ``path``'s state as ``state["sharded"]``.
+
+    Args:
+        path: The checkpoint file (``work_dir/iter_N.pth``); the folder goes next to it.
+        model: The sharded model.
+        optimizer: Its optimizer, or None.
+        with_grads: Save the gradients too (inside an accumulation window).
+    """
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    folder = sharded_folder(path)
+    tmp = folder.with_name(folder.name + ".tmp")
+    main = not dist.is_initialized() or dist.get_rank() == 0
+    if main and tmp.exists():
+        shutil.rmtree(tmp)  # our own unfinished write from a run that died: never complete
+    _barrier()
+    dcp.save(_states(model, optimizer, with_grads), checkpoint_id=str(tmp))
+    _barrier()
+    listing = {}
+    if main:
+        listing = {f.name: f.stat().st_size for f in sorted(tmp.iterdir())}
+        if folder.exists():  # the same iteration saved again: the older folder is superseded
+            old = folder.with_name(folder.name + ".old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.rename(folder, old)
+            os.rename(tmp, folder)
+            shutil.rmtree(old)
+        else:
+            os.rename(tmp, folder)
+        fsync_dir(folder.parent)
+    _barrier()
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    return {"folder": folder.name, "files": listing, "world_size": world, "grads": with_grads}
+
+
+def check_sharded(path: str | os.PathLike, listing: dict) -> Path:
+    """The DCP folder of checkpoint ``path``, checked against ``listing`` (every file there with
+    its size). Raises CheckpointError naming the first missing or short file."""
+    folder = Path(path).with_name(listing["folder"])
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"'{path}' is a sharded checkpoint, and its folder '{folder}' is missing. Restore the "
+            f"folder, or resume from an earlier checkpoint: --resume PATH.")
+    for name, size in listing["files"].items():
+        file = folder / name
+        actual = file.stat().st_size if file.exists() else None
+        if actual != size:
+            found = "is missing" if actual is None else f"has {actual} bytes, expected {size}"
+            raise CheckpointError(
+                f"Sharded checkpoint '{path}': {file.name} in '{folder}' {found} (one rank's "
+                f"shard lost or cut short). Restore the file, or resume from an earlier "
+                f"checkpoint: --resume PATH.")
+    return folder
+
+
+def load_sharded(path: str | os.PathLike, listing: dict, model: nn.Module,
+                 optimizer: torch.optim.Optimizer | None) -> None:
+    """Load the shards of checkpoint ``path`` into ``model`` and ``optimizer`` (every rank
+    calls this), resharding to the current layout; gradients of an accumulation window too."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    folder = check_sharded(path, listing)
+    state = _states(model, optimizer, listing.get("grads", False))
+    try:
+        dcp.load(state, checkpoint_id=str(folder))
+    except Exception as e:  # DCP wraps the rank's error in its own CheckpointException
+        raise CheckpointError(f"Cannot load the shards in '{folder}': {e}") from e
+    set_model_state_dict(model, state["model"])
+    if optimizer is not None:
+        set_optimizer_state_dict(model, optimizer, state["optimizer"])
+    if "grads" in state:
+        params = dict(model.named_parameters())
+        for name, grad in state["grads"].items():
+            params[name].grad = grad
+
+
+def group_settings(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    """Each parameter group's settings (lr, initial_lr, betas, ...) without its parameters, as
+    plain numbers. The sharded optimizer state does not keep all of them (``initial_lr``, which
+    the schedulers start from, goes missing), so the checkpoint file carries them."""
+    return [{k: float(v) if isinstance(v, torch.Tensor) else v for k, v in g.items()
+             if k != "params"} for g in optimizer.param_groups]
+
+
+def restore_group_settings(optimizer: torch.optim.Optimizer, saved: list[dict]) -> None:
+    """Put :func:`group_settings` back, after :func:`load_sharded`."""
+    for group, settings in zip(optimizer.param_groups, saved):
+        for key, value in settings.items():
+            if isinstance(group.get(key), torch.Tensor):
+                group[key].fill_(value)  # a tensor lr (graph mode) stays the same tensor
+            else:
+                group[key] = value
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()

@@ -1,32 +1,43 @@
-"""Convert BERT / GPT-2 weights between Hugging Face folders and libai checkpoints.
+"""Convert checkpoints: Hugging Face folders <-> libai, sharded (FSDP / tensor parallel) <-> one file.
 
     python tools/convert_checkpoint.py hf2libai HF_DIR OUT.pth [--debug]
     python tools/convert_checkpoint.py libai2hf CONFIG CHECKPOINT OUT_DIR
         [--cfg-options key=value ...] [--debug]
+    python tools/convert_checkpoint.py sharded2file CHECKPOINT OUT.pth
+    python tools/convert_checkpoint.py file2sharded CHECKPOINT OUT.pth
 
 ``hf2libai`` reads ``config.json`` + ``model.safetensors`` (or ``pytorch_model.bin``), writes
 ``{"state_dict": ...}`` to OUT.pth (train from it with ``load_from=OUT.pth``) and prints the
 ``model = dict(...)`` to put in a config. A folder can also be given to ``load_from`` directly.
 ``libai2hf`` builds the model of CONFIG, loads CHECKPOINT's weights (strict) and writes a folder
 that ``transformers``' ``from_pretrained`` loads.
+``sharded2file`` gathers the weights of a sharded checkpoint (``iter_N.pth`` + ``iter_N.dcp/``) into
+one file, with its loop position and config, for ``tools/test.py``, ``load_from`` or any
+one-process reader; ``file2sharded`` does the opposite for the weights. (A sharded checkpoint
+resumes at any number of processes without conversion: ``--resume`` reshards it.)
 """
 
 import argparse
 import os
+import tempfile
 
 import torch
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from libai.checkpoint import (
     load_checkpoint,
     load_model_state,
     model_state_for_saving,
     save_checkpoint,
+    strip_prefixes,
 )
+from libai.checkpoint.sharded import check_sharded, save_weights_sharded
 from libai.config import Config, add_cfg_options_argument
 from libai.model import from_hf_pretrained, save_hf_pretrained
 from libai.registry import MODELS
 from libai.runner.imports import import_custom_modules
 from libai.utils.cli import run_cli
+from libai.utils.errors import CheckpointError
 
 
 def parse_args(argv=None):
@@ -40,7 +51,12 @@ def parse_args(argv=None):
     libai2hf.add_argument("checkpoint", help="libai checkpoint (its 'state_dict' is used)")
     libai2hf.add_argument("out_dir", help="folder to write config.json and model.safetensors to")
     add_cfg_options_argument(libai2hf)
-    for p in (parser, hf2libai, libai2hf):
+    to_file = sub.add_parser("sharded2file", help="sharded checkpoint -> one file (weights)")
+    to_sharded = sub.add_parser("file2sharded", help="one-file checkpoint -> sharded (weights)")
+    for p in (to_file, to_sharded):
+        p.add_argument("checkpoint", help="the checkpoint to convert (.pth)")
+        p.add_argument("out", help="checkpoint to write (.pth; a sharded one gets a .dcp folder)")
+    for p in (parser, hf2libai, libai2hf, to_file, to_sharded):
         p.add_argument("--debug", action="store_true", help="show full tracebacks")
     return parser.parse_args(argv)
 
@@ -67,9 +83,40 @@ def libai_to_hf(args):
     print(f"wrote {args.out_dir}/config.json and model.safetensors ({type(model).__name__})")
 
 
+def _keep(ckpt):
+    """What carries over besides the weights: where training stood and the config."""
+    return {k: ckpt[k] for k in ("meta", "loop") if k in ckpt}
+
+
+def sharded_to_file(args):
+    ckpt = load_checkpoint(args.checkpoint)
+    if "sharded" not in ckpt:
+        raise CheckpointError(f"'{args.checkpoint}' is not a sharded checkpoint (it holds its "
+                              f"weights itself); use it as it is.")
+    folder = check_sharded(args.checkpoint, ckpt["sharded"])
+    with tempfile.TemporaryDirectory() as tmp:  # DCP's own reader: every shard, whole tensors
+        dcp_to_torch_save(str(folder), os.path.join(tmp, "full.pt"))
+        full = torch.load(os.path.join(tmp, "full.pt"), weights_only=True)
+    save_checkpoint({**_keep(ckpt), "state_dict": full["model"]}, args.out)
+    print(f"wrote {args.out}: {len(full['model'])} tensors from {ckpt['sharded']['world_size']} "
+          f"process(es)' shards in {folder}")
+
+
+def file_to_sharded(args):
+    ckpt = load_checkpoint(args.checkpoint)
+    if "sharded" in ckpt:
+        raise CheckpointError(f"'{args.checkpoint}' is sharded already.")
+    weights = strip_prefixes(ckpt.get("state_dict", ckpt))
+    listing = save_weights_sharded(weights, args.out)
+    save_checkpoint({**_keep(ckpt), "state_dict": {}, "sharded": listing}, args.out)
+    print(f"wrote {args.out} and {listing['folder']}/: {len(weights)} tensors")
+
+
 def main(argv=None):
     args = parse_args(argv)
-    (hf_to_libai if args.command == "hf2libai" else libai_to_hf)(args)
+    commands = {"hf2libai": hf_to_libai, "libai2hf": libai_to_hf, "sharded2file": sharded_to_file,
+                "file2sharded": file_to_sharded}
+    commands[args.command](args)
 
 
 if __name__ == "__main__":

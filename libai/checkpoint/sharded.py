@@ -31,7 +31,8 @@ from libai.utils.errors import CheckpointError
 from ._fs import fsync_dir
 
 __all__ = ["SHARDED_SUFFIX", "is_sharded_model", "sharded_folder", "save_sharded",
-           "check_sharded", "load_sharded", "group_settings", "restore_group_settings"]
+           "check_sharded", "load_sharded", "load_full_into_sharded", "save_weights_sharded",
+           "group_settings", "restore_group_settings"]
 
 SHARDED_SUFFIX = ".dcp"
 
@@ -149,6 +150,36 @@ def load_sharded(path: str | os.PathLike, listing: dict, model: nn.Module,
         params = dict(model.named_parameters())
         for name, grad in state["grads"].items():
             params[name].grad = grad
+
+
+def load_full_into_sharded(model: nn.Module, weights: dict, strict: bool = True) -> str:
+    """Whole tensors (a one-process checkpoint, ``load_from``) into a sharded model: each rank
+    keeps its part. Returns a line for the log."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    from .model_state import strip_prefixes
+
+    result = set_model_state_dict(model, strip_prefixes(weights),
+                                  options=StateDictOptions(full_state_dict=True, strict=strict))
+    missing, unexpected = result
+    return (f"missing keys: {list(missing)}; unexpected keys: {list(unexpected)}"
+            if missing or unexpected else "")
+
+
+def save_weights_sharded(weights: dict, path: str | os.PathLike) -> dict:
+    """Write whole ``weights`` as a sharded checkpoint's folder next to ``path`` in this one
+    process (tools/convert_checkpoint.py); returns the listing for ``path``'s state."""
+    import torch.distributed.checkpoint as dcp
+
+    folder = sharded_folder(path)
+    if folder.exists():
+        raise CheckpointError(f"'{folder}' exists already; choose another output name.")
+    tmp = folder.with_name(folder.name + ".tmp")
+    dcp.save({"model": weights}, checkpoint_id=str(tmp), no_dist=True)
+    listing = {f.name: f.stat().st_size for f in sorted(tmp.iterdir())}
+    os.rename(tmp, folder)
+    fsync_dir(folder.parent)
+    return {"folder": folder.name, "files": listing, "world_size": 1, "grads": False}
 
 
 def group_settings(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:

@@ -18,8 +18,11 @@ into one process without any parallelism.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +91,8 @@ def save_sharded(path: str | os.PathLike, model: nn.Module,
     if main and tmp.exists():
         shutil.rmtree(tmp)  # our own unfinished write from a run that died: never complete
     _barrier()
-    dcp.save(_states(model, optimizer, with_grads), checkpoint_id=str(tmp))
+    dcp.save(_states(model, optimizer, with_grads), checkpoint_id=str(tmp),
+             no_dist=not _distributed())
     _barrier()
     listing = {}
     if main:
@@ -140,7 +144,8 @@ def load_sharded(path: str | os.PathLike, listing: dict, model: nn.Module,
     folder = check_sharded(path, listing)
     state = _states(model, optimizer, listing.get("grads", False))
     try:
-        dcp.load(state, checkpoint_id=str(folder))
+        with _single_process_is_meant():
+            dcp.load(state, checkpoint_id=str(folder), no_dist=not _distributed())
     except Exception as e:  # DCP wraps the rank's error in its own CheckpointException
         raise CheckpointError(f"Cannot load the shards in '{folder}': {e}") from e
     set_model_state_dict(model, state["model"])
@@ -175,7 +180,8 @@ def save_weights_sharded(weights: dict, path: str | os.PathLike) -> dict:
     if folder.exists():
         raise CheckpointError(f"'{folder}' exists already; choose another output name.")
     tmp = folder.with_name(folder.name + ".tmp")
-    dcp.save({"model": weights}, checkpoint_id=str(tmp), no_dist=True)
+    with _single_process_is_meant():
+        dcp.save({"model": weights}, checkpoint_id=str(tmp), no_dist=True)
     listing = {f.name: f.stat().st_size for f in sorted(tmp.iterdir())}
     os.rename(tmp, folder)
     fsync_dir(folder.parent)
@@ -200,8 +206,18 @@ def restore_group_settings(optimizer: torch.optim.Optimizer, saved: list[dict]) 
                 group[key] = value
 
 
-def _barrier() -> None:
-    import torch.distributed as dist
+@contextlib.contextmanager
+def _single_process_is_meant() -> Iterator[None]:
+    """DCP warns that it "assumes" one process when there is no process group: it is meant."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
-    if dist.is_initialized():
-        dist.barrier()
+
+def _distributed() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def _barrier() -> None:
+    if _distributed():
+        torch.distributed.barrier()

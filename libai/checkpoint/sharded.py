@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from libai.utils.dist import is_sharded
 from libai.utils.errors import CheckpointError
 
 from ._fs import fsync_dir
@@ -42,11 +43,7 @@ SHARDED_SUFFIX = ".dcp"
 
 def is_sharded_model(model: nn.Module) -> bool:
     """True when some parameter is a DTensor (FSDP2 or tensor parallel)."""
-    if not torch.distributed.is_available():
-        return False
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(p, DTensor) for p in model.parameters())
+    return is_sharded(model)
 
 
 def sharded_folder(path: str | os.PathLike) -> Path:

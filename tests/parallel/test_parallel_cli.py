@@ -74,3 +74,20 @@ def test_fsdp_run_checkpoint_converted_and_tested_in_one_process(tmp_path):
                 str(tmp_path / "t3"))
     assert lost.returncode == 2 and "Traceback" not in lost.stderr, lost.stderr[-3000:]
     assert "__1_0.distcp" in lost.stderr and "is missing (one rank's shard lost" in lost.stderr
+
+
+@pytest.mark.slow
+def test_graph_mode_on_fsdp_trains_like_eager_fsdp(tmp_path):
+    runs = {}
+    for mode in ("eager", "graph"):
+        flags = ["--graph"] if mode == "graph" else []
+        out = tool(os.path.join(ROOT, "tools", "train.py"), DIGITS, *flags, "--work-dir",
+                   str(tmp_path / mode), "--cfg-options", "parallel.fsdp=2", *SHORT,
+                   launcher=("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"))
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs[mode] = out.stdout
+    assert "no parity check on a sharded model" in runs["graph"]
+    eager, graph = metrics_of(runs["eager"]), metrics_of(runs["graph"])
+    assert abs(graph["test/accuracy"] - eager["test/accuracy"]) < 0.01, (graph, eager)
+    assert abs(graph["test/loss"] - eager["test/loss"]) < 1e-3, (graph, eager)
+

@@ -9,6 +9,7 @@ from .apply import (
     apply_tensor_parallel,
     build_mesh,
     find_blocks,
+    in_loss_parallel,
     parallelize,
 )
 from .config import ParallelConfig, parse_parallel
@@ -21,4 +22,5 @@ __all__ = [
     "apply_activation_checkpointing",
     "apply_tensor_parallel",
     "parallelize",
+    "in_loss_parallel",
 ]

@@ -7,15 +7,17 @@ The model says how it can be split, as data (STYLE.md rule 13):
 - ``parallel_blocks``: class names of its repeated blocks. FSDP shards each block on its own (its
   parameters are gathered just before its forward and freed after), and the "blocks" policy of
   activation checkpointing recomputes each block's activations in the backward.
-- ``tp_plan`` on a block class: ``{submodule path: "colwise" | "rowwise"}``, Megatron-LM's split
-  of attention and MLP: q/k/v and the first MLP layer by output features (each process keeps
-  whole heads), the output projections by input features, one all-reduce per sub-layer.
+- ``tp_plan`` on a block class: ``{submodule path: "colwise" | "rowwise" | "vocab"}``,
+  Megatron-LM's split of attention and MLP: q/k/v and the first MLP layer by output features
+  (each process keeps whole heads), the output projections by input features, one all-reduce per
+  sub-layer; "vocab" splits an embedding by vocabulary rows (the tied LM head then produces
+  vocabulary-split logits, and the loss is computed on them in place: ``loss_parallel``).
 """
 
 from __future__ import annotations
 
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -27,7 +29,7 @@ from libai.utils.suggest import did_you_mean
 from .config import ParallelConfig
 
 __all__ = ["build_mesh", "find_blocks", "apply_activation_checkpointing", "apply_tensor_parallel",
-           "parallelize"]
+           "parallelize", "in_loss_parallel"]
 
 
 def build_mesh(pc: ParallelConfig, device_type: str) -> Any:
@@ -103,13 +105,20 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: Any) -> int:
     A ``tp_plan`` is a class attribute ``{submodule path: "colwise" | "rowwise"}`` relative to the
     module (``TransformerBlock`` has one).
     """
+    from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
         parallelize_module,
     )
 
-    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    styles = {
+        "colwise": ColwiseParallel,
+        "rowwise": RowwiseParallel,
+        # an embedding split by vocabulary rows: token ids in whole, each process looks up the
+        # rows it holds and one all-reduce sums the partial embeddings
+        "vocab": lambda: RowwiseParallel(input_layouts=Replicate()),
+    }
     planned = [m for m in model.modules() if getattr(m, "tp_plan", None)]
     if not planned:
         raise ConfigError(
@@ -123,7 +132,7 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: Any) -> int:
         for path, style in module.tp_plan.items():
             if style not in styles:
                 raise ConfigError(f"{type(module).__name__}.tp_plan[{path!r}]={style!r}: expected "
-                                  f"'colwise' or 'rowwise'.")
+                                  f"'colwise', 'rowwise' or 'vocab'.")
             plan[path] = styles[style]()
         parallelize_module(module, tp_mesh, plan)
         count += len(plan)
@@ -185,3 +194,17 @@ def _fully_shard(model: nn.Module, pc: ParallelConfig, mesh: Any,
     # the backward needs it first
     fully_shard(model, reshard_after_forward=False if blocks else pc.reshard_after_forward,
                 **options)
+
+
+def in_loss_parallel(step: Callable[..., Any]) -> Callable[..., Any]:
+    """``step`` (forward, loss, backward) inside ``loss_parallel()``: a cross-entropy of
+    vocabulary-split logits (a "vocab" split embedding with a tied head) is computed on the
+    splits, forward and backward, without gathering the (B, S, V) logits."""
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with loss_parallel():
+            return step(*args, **kwargs)
+
+    return run
+

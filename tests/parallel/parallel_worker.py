@@ -2,11 +2,13 @@
 AdamW steps next to a one-process reference on the same global batch, and rank 0 prints the
 largest parameter difference per strategy as JSON (tests/parallel/test_parallel.py reads it)."""
 
+import contextlib
 import json
 
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.tensor.parallel import loss_parallel
 
 from libai.model.zoo.gpt import GPTForCausalLM
 from libai.optim.clip import clip_grad_norm_
@@ -28,10 +30,13 @@ def batches():
         yield dict(input_ids=ids[:, :-1], labels=ids[:, 1:])
 
 
-def train(model, local_batch):
+def train(model, local_batch, tensor_parallel=False):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     for batch in batches():
-        model(local_batch(batch))["loss"].backward()
+        # tensor parallel: the tied LM head's logits are split by vocabulary, and the
+        # cross-entropy runs on the splits (what the runner does with in_loss_parallel)
+        with loss_parallel() if tensor_parallel else contextlib.nullcontext():
+            model(local_batch(batch))["loss"].backward()
         clip_grad_norm_(list(model.parameters()), 1.0)
         opt.step()
         opt.zero_grad()
@@ -58,7 +63,11 @@ def main():
         pc = ParallelConfig(world_size=world, **sizes)
         model, _ = parallelize(tiny_gpt(), pc, build_mesh(pc, "cpu"), torch.device("cpu"),
                                activation_checkpointing=checkpointing)
-        states[name] = {k.removeprefix("module."): v for k, v in train(model, local).items()}
+        if pc.tensor > 1:  # the word embedding (and so the tied head) split by vocabulary
+            weight = model.transformer.embeddings.word_embeddings.weight
+            result["tp_vocab_split"] = str(weight.placements) + str(weight.to_local().shape)
+        state = train(model, local, tensor_parallel=pc.tensor > 1)
+        states[name] = {k.removeprefix("module."): v for k, v in state.items()}
         result[name] = max_diff(states[name], reference)
     result["fsdp_vs_ddp"] = max_diff(states["fsdp"], states["ddp"])
     if rank == 0:

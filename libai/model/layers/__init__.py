@@ -3,7 +3,7 @@
 from .attention import KVCache, SelfAttention, key_padding_mask
 from .block import TransformerBlock
 from .embedding import TransformerEmbeddings
-from .heads import MaskedLMHead, Pooler, TiedLMHead, lm_token_stats
+from .heads import MaskedLMHead, Pooler, TiedLMHead, lm_token_stats, parallel_loss
 from .init import init_transformer_weights, scale_residual_projections
 from .mlp import ACTIVATIONS, MLP, get_activation
 
@@ -21,5 +21,6 @@ __all__ = [
     "init_transformer_weights",
     "key_padding_mask",
     "lm_token_stats",
+    "parallel_loss",
     "scale_residual_projections",
 ]

@@ -25,6 +25,9 @@ class TransformerEmbeddings(nn.Module):
             ``pad_token_id``). Defaults to None.
     """
 
+    # tensor parallel (libai.parallel): the word embedding split by vocabulary rows
+    tp_plan = {"word_embeddings": "vocab"}
+
     def __init__(self, vocab_size: int, hidden_size: int, max_position_embeddings: int,
                  type_vocab_size: int = 0, layer_norm_eps: float | None = None,
                  dropout: float = 0.0, padding_idx: int | None = None) -> None:

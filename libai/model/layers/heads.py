@@ -11,7 +11,7 @@ from torch import nn
 
 from .mlp import get_activation
 
-__all__ = ["MaskedLMHead", "Pooler", "TiedLMHead", "lm_token_stats"]
+__all__ = ["MaskedLMHead", "Pooler", "TiedLMHead", "lm_token_stats", "parallel_loss"]
 
 
 class MaskedLMHead(nn.Module):
@@ -33,15 +33,49 @@ class MaskedLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
     def forward(self, h: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
-        """(..., H) hidden states and the (V, H) embedding weight -> (..., V) logits."""
-        return F.linear(self.norm(self.act(self.dense(h))), word_embeddings, self.bias)
+        """(..., H) hidden states and the (V, H) embedding weight -> (..., V) logits.
+
+        Under tensor parallel (a vocabulary-split embedding) the logits are split as in
+        :class:`TiedLMHead`; the bias stays whole on every process and each uses its slice.
+        """
+        x = self.norm(self.act(self.dense(h)))
+        if not _is_dtensor(word_embeddings):
+            return F.linear(x, word_embeddings, self.bias)
+        from torch.distributed.tensor import DTensor, Replicate, Shard
+
+        mesh = word_embeddings.device_mesh
+        x = DTensor.from_local(x, mesh, [Replicate()], run_check=False)
+        bias = DTensor.from_local(self.bias, mesh, [Replicate()], run_check=False)
+        logits = F.linear(x, word_embeddings, bias.redistribute(mesh, [Shard(0)]))
+        return logits if self.training else logits.full_tensor()
 
 
 class TiedLMHead(nn.Module):
-    """GPT's LM head: the (V, H) word embedding used as the output projection, no bias."""
+    """GPT's LM head: the (V, H) word embedding used as the output projection, no bias.
+
+    Under tensor parallel the embedding is split by vocabulary rows (a DTensor): in training the
+    logits stay split the same way (each process holds V / T columns) for a parallel
+    cross-entropy (:func:`parallel_loss`); in eval mode they are gathered whole.
+    """
 
     def forward(self, h: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
-        return F.linear(h, word_embeddings)  # (B, S, V)
+        if not _is_dtensor(word_embeddings):
+            return F.linear(h, word_embeddings)  # (B, S, V)
+        from torch.distributed.tensor import DTensor, Replicate
+
+        h = DTensor.from_local(h, word_embeddings.device_mesh, [Replicate()], run_check=False)
+        logits = F.linear(h, word_embeddings)  # (B, S, V) split by vocabulary
+        return logits if self.training else logits.full_tensor()
+
+
+def _is_dtensor(t: torch.Tensor) -> bool:
+    return type(t).__name__ == "DTensor"  # without importing torch.distributed for a plain model
+
+
+def parallel_loss(loss: torch.Tensor) -> torch.Tensor:
+    """A loss computed on vocabulary-split logits (a replicated DTensor) as a plain tensor, so the
+    engine logs and steps it as any loss; its gradient still flows into the split logits."""
+    return loss.full_tensor() if _is_dtensor(loss) else loss
 
 
 class Pooler(nn.Module):

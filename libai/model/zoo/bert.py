@@ -41,6 +41,7 @@ from ..layers import (
     init_transformer_weights,
     key_padding_mask,
     lm_token_stats,
+    parallel_loss,
 )
 
 __all__ = ["BertForPreTraining", "BertForSequenceClassification", "BertModel"]
@@ -199,7 +200,7 @@ class BertForPreTraining(nn.Module):
             h = h.gather(1, positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, P, H)
         mlm = self.mlm_head(h, self.bert.embeddings.word_embeddings.weight)  # (B, P or S, V)
         if self.training:
-            losses = {"mlm_loss": F.cross_entropy(mlm.flatten(0, 1), labels.flatten())}
+            losses = {"mlm_loss": parallel_loss(F.cross_entropy(mlm.flatten(0, 1), labels.flatten()))}
             if second is not None:
                 losses[f"{self.second_head}_loss"] = F.cross_entropy(second, self._pair_labels(batch))
             return losses

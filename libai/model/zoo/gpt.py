@@ -32,6 +32,7 @@ from ..layers import (
     TransformerEmbeddings,
     init_transformer_weights,
     lm_token_stats,
+    parallel_loss,
     scale_residual_projections,
 )
 
@@ -143,7 +144,7 @@ class GPTForCausalLM(nn.Module):
             if labels is None:
                 raise DataError("GPTForCausalLM needs 'labels' (B, S) in a training batch: the "
                                 "next token of each position, -100 where nothing is predicted")
-            return {"loss": F.cross_entropy(logits.flatten(0, 1), labels.flatten())}
+            return {"loss": parallel_loss(F.cross_entropy(logits.flatten(0, 1), labels.flatten()))}
         if labels is None:
             return {"logits": logits}
         out = lm_token_stats(logits, labels)

@@ -6,15 +6,16 @@
 # GPU; 2 x 128 on a CPU, where attention dropout makes torch keep every 512 x 512 attention
 # matrix for the backward (8 per step would need ~24 GB). With N processes divide
 # optim_wrapper.accumulative_counts by N. Schedule: the paper's AdamW, lr 1e-4, linear warm-up
-# over 10,000 steps then linear decay (configs/_base_/schedules/bert_adamw_linear.py).
+# over 10,000 steps (at most 10% of the run) then linear decay to the end
+# (configs/_base_/schedules/bert_adamw_linear.py).
 # Precision: bfloat16 autocast on a GPU; float32 on a CPU (bf16 is emulated there, ~20x slower).
 # Data: the built-in Shakespeare with a 30,522-token WordPiece vocabulary; for your own corpus
 # see docs/text.md.
 #
 #   python tools/train.py configs/bert_large.py --fast-dev-run          # 2 steps, even on a CPU
 #   python tools/train.py configs/bert_large.py --cfg-options model.num_layers=2 \
-#       train_dataloader.batch_size=2 optim_wrapper.accumulative_counts=1 train_cfg.max_iters=30 \
-#       param_scheduler.0.end=5 param_scheduler.1.begin=5      # a short run with a short warm-up
+#       train_dataloader.batch_size=2 optim_wrapper.accumulative_counts=1 \
+#       train_cfg.max_iters=30                       # a short run: the warm-up is 3 iterations
 import torch
 
 _base_ = [

@@ -26,9 +26,9 @@ model = dict(
 )
 # a small model on little data learns faster with a larger rate and a short warm-up
 optim_wrapper = dict(optimizer=dict(lr=1e-3))
-param_scheduler = [
-    dict(type="LinearLR", start_factor=1e-3, begin=0, end=100),
-    dict(type="PolyLR", power=1.0, eta_min=0.0, begin=100),
+param_scheduler = [  # warm-up: 100 iterations but at most 10% of the run; decay to the end
+    dict(type="LinearLR", start_factor=1e-3, begin=0, end=dict(iters=100, at_most=0.1)),
+    dict(type="PolyLR", power=1.0, eta_min=0.0, begin=dict(iters=100, at_most=0.1), end=-1),
 ]
 train_cfg = dict(max_iters=1500, val_interval=500)
 default_hooks = dict(checkpoint=dict(interval=500))

@@ -27,9 +27,9 @@ model = dict(
     max_position_embeddings=_seq,
 )
 optim_wrapper = dict(optimizer=dict(lr=1e-3))
-param_scheduler = [
-    dict(type="LinearLR", start_factor=1e-3, begin=0, end=100),
-    dict(type="CosineAnnealingLR", eta_min=1e-4, begin=100),
+param_scheduler = [  # warm-up: 100 iterations but at most 10% of the run; decay to the end
+    dict(type="LinearLR", start_factor=1e-3, begin=0, end=dict(iters=100, at_most=0.1)),
+    dict(type="CosineAnnealingLR", eta_min=1e-4, begin=dict(iters=100, at_most=0.1), end=-1),
 ]
 train_cfg = dict(max_iters=1200, val_interval=400)
 default_hooks = dict(checkpoint=dict(interval=400))

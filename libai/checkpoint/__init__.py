@@ -17,9 +17,12 @@ from .report import LoadReport, group_keys
 from .rng import get_rng_state, set_rng_state
 from .state import check_state, copy_state_to_host
 from .workdir import (
+    DAMAGED_SUFFIX,
     LATEST_NAME,
+    damaged_checkpoints,
     find_resumable,
     list_checkpoints,
+    move_aside,
     read_latest,
     remove_checkpoint,
     update_latest,
@@ -28,11 +31,13 @@ from .workdir import (
 __all__ = [
     "AsyncCheckpointSaver",
     "CHECKPOINT_SUFFIXES",
+    "DAMAGED_SUFFIX",
     "LATEST_NAME",
     "LoadReport",
     "RemapRules",
     "check_state",
     "copy_state_to_host",
+    "damaged_checkpoints",
     "find_resumable",
     "get_rng_state",
     "group_keys",
@@ -42,6 +47,7 @@ __all__ = [
     "load_model_state",
     "manifest_path",
     "model_state_for_saving",
+    "move_aside",
     "read_latest",
     "read_manifest",
     "remove_checkpoint",

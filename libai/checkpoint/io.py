@@ -8,6 +8,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import re
@@ -68,6 +69,8 @@ def write_checked_state(state: dict[str, Any], path: str | os.PathLike) -> dict[
         cause, fix = describe_os_error(e)
         raise CheckpointError(f"Could not write '{path}': {cause}. {fix}.") from e
 
+    _keep_foreign_file(path)
+
     def drop_old_manifest() -> None:
         # The old manifest must not vouch for the new bytes. It goes only once the new file is
         # durable, so a failed write leaves an earlier checkpoint at this path complete.
@@ -81,6 +84,20 @@ def write_checked_state(state: dict[str, Any], path: str | os.PathLike) -> dict[
             f"Checkpoint '{path}' was written but its manifest was not, so it counts as "
             f"incomplete and will not be resumed from. {e}"
         ) from e
+
+
+def _keep_foreign_file(path: Path) -> None:
+    """A file already at ``path`` that is not a complete checkpoint (damaged, unfinished, or not
+    libai's) is evidence: move it aside to ``<name>.damaged`` before writing, never over it."""
+    from .manifest import is_complete
+    from .workdir import move_aside  # workdir imports this module
+
+    if not path.is_file() or is_complete(path, check_sha256=False):
+        return
+    moved = move_aside(path)
+    logging.getLogger("libai.checkpoint").warning(
+        f"'{path}' was not a complete checkpoint; it was moved to '{moved[0].name}' (every byte "
+        f"kept) before saving a new one under its name.")
 
 
 def load_checkpoint(

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
+import shutil
 from pathlib import Path
+
+import torch
 
 from libai.utils import dist
 from libai.utils.errors import CheckpointError
@@ -19,6 +23,7 @@ from libai.utils.errors import CheckpointError
 from ._fs import atomic_write, describe_os_error
 from .io import CHECKPOINT_SUFFIXES
 from .manifest import is_complete, manifest_path, read_manifest, verify_checkpoint
+from .sharded import sharded_folder
 
 __all__ = [
     "LATEST_NAME",
@@ -27,9 +32,14 @@ __all__ = [
     "find_resumable",
     "list_checkpoints",
     "remove_checkpoint",
+    "damaged_checkpoints",
+    "move_aside",
+    "DAMAGED_SUFFIX",
+    "keep_other_runs_checkpoint",
 ]
 
 LATEST_NAME = "latest_checkpoint"
+DAMAGED_SUFFIX = ".damaged"
 _logger = logging.getLogger("libai.checkpoint")
 
 
@@ -186,6 +196,8 @@ def _choose(work_dir: Path, logger: logging.Logger) -> Path | None:
 def remove_checkpoint(path: str | os.PathLike) -> None:
     """Delete a checkpoint and its manifest; a file that is already gone is not an error.
 
+    Only a complete checkpoint (its manifest valid and its size right) is deleted: one that is
+    not is evidence, and is moved aside to ``<name>.damaged`` instead (see :func:`move_aside`).
     The manifest goes first, so an interrupted removal leaves a file that counts as unfinished
     rather than one that looks complete.
 
@@ -193,9 +205,88 @@ def remove_checkpoint(path: str | os.PathLike) -> None:
         CheckpointError: A file exists but cannot be deleted.
     """
     path = Path(path)
+    if path.exists() and not is_complete(path, check_sha256=False):
+        moved = move_aside(path)
+        _logger.warning("Not deleting '%s': it is not a complete checkpoint. Moved it to '%s'.",
+                        path, moved[0])
+        return
     for victim in (manifest_path(path), path):
         try:
             victim.unlink(missing_ok=True)
         except OSError as e:
             cause, _ = describe_os_error(e)
             raise CheckpointError(f"Cannot delete '{victim}': {cause}.") from e
+    shards = sharded_folder(path)  # a sharded checkpoint's folder goes with its file
+    if shards.is_dir():
+        shutil.rmtree(shards)
+
+
+def damaged_checkpoints(work_dir: str | os.PathLike) -> list[Path]:
+    """Checkpoints in ``work_dir`` that are not complete: no valid manifest, or their size or
+    sha256 differs from it (truncated, modified, or never finished). Oldest first."""
+    return [p for p in list_checkpoints(work_dir) if not is_complete(p)]
+
+
+def _free_name(path: Path) -> Path:
+    target = path.with_name(path.name + DAMAGED_SUFFIX)
+    n = 1
+    while target.exists() or target.is_symlink():
+        target = path.with_name(f"{path.name}{DAMAGED_SUFFIX}.{n}")
+        n += 1
+    return target
+
+
+def move_aside(path: str | os.PathLike) -> list[Path]:
+    """Rename a checkpoint and its manifest to ``<name>.damaged`` (``.damaged.1`` ... when taken),
+    keeping every byte; nothing is ever written over. Returns the new paths.
+
+    Raises:
+        CheckpointError: A file cannot be renamed (the message names it and the cause).
+    """
+    moved = []
+    for victim in (Path(path), manifest_path(path)):
+        if not victim.exists():
+            continue
+        target = _free_name(victim)
+        try:
+            os.rename(victim, target)  # within one folder: atomic, the bytes stay where they are
+        except OSError as e:
+            cause, fix = describe_os_error(e)
+            raise CheckpointError(
+                f"Cannot rename '{victim}' to '{target.name}': {cause}. {fix}.") from e
+        moved.append(target)
+    return moved
+
+
+def keep_other_runs_checkpoint(path: str | os.PathLike, run_folder: str | None) -> Path | None:
+    """Before a run saves ``path``: a complete checkpoint there written by another run of the
+    work dir (``meta["run_folder"]`` differs) is that run's, not superseded by this one. Move it,
+    with its manifest and sharded folder, into that run's folder (``work_dir/<run folder>/``) and
+    return its new path; None when there is nothing to keep.
+    """
+    path = Path(path)
+    if run_folder is None or not path.is_file() or not is_complete(path, check_sha256=False):
+        return None
+    try:  # mmap: only the meta is read, not the tensors
+        meta = torch.load(path, map_location="cpu", mmap=True, weights_only=True).get("meta", {})
+    except (OSError, RuntimeError, pickle.UnpicklingError):  # unreadable: left to the damage checks
+        return None
+    other = meta.get("run_folder") if isinstance(meta, dict) else None
+    if not other or other == run_folder:
+        return None
+    target = path.parent / other
+    target.mkdir(exist_ok=True)
+    for victim in (manifest_path(path), sharded_folder(path), path):
+        if victim.exists():
+            os.rename(victim, _free_name_in(target, victim.name))
+    _logger.warning("'%s' belonged to the earlier run %s: moved it into '%s' (every byte kept) "
+                    "before saving this run's checkpoint under its name.", path.name, other, target)
+    return target / path.name
+
+
+def _free_name_in(folder: Path, name: str) -> Path:
+    target, n = folder / name, 1
+    while target.exists():
+        target, n = folder / f"{name}.{n}", n + 1
+    return target
+

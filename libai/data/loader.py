@@ -125,12 +125,12 @@ def _build_collate(spec: Any, path: str) -> Callable[[list[Any]], Any]:
     if spec is None:
         return COLLATE_FUNCTIONS.get("default_collate")
     if isinstance(spec, str):
-        return COLLATE_FUNCTIONS.get(spec)
+        return COLLATE_FUNCTIONS.get(spec, path=f"{path}.collate_fn")
     if isinstance(spec, Mapping):
         kwargs = dict(spec)
         if "type" not in kwargs:
             raise ConfigError(f"'{path}.collate_fn' needs a 'type' key naming the function.")
-        fn = COLLATE_FUNCTIONS.get(kwargs.pop("type"))
+        fn = COLLATE_FUNCTIONS.get(kwargs.pop("type"), path=f"{path}.collate_fn")
         return functools.partial(fn, **kwargs) if kwargs else fn
     if callable(spec):
         return spec
@@ -148,7 +148,7 @@ def _build_sampler(
     if not isinstance(spec, Mapping):
         return spec  # a Sampler instance, used as given
     cfg = {"type": "DefaultSampler", **spec}
-    cls = DATA_SAMPLERS.get(cfg["type"])
+    cls = DATA_SAMPLERS.get(cfg["type"], path=f"{path}.sampler")
     candidates = {"dataset": dataset, "seed": seed, "rank": rank, "world_size": world_size}
     defaults = {k: v for k, v in candidates.items() if _accepts(cls, k)}
     return DATA_SAMPLERS.build(cfg, default_args=defaults, path=f"{path}.sampler")

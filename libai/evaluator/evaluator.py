@@ -15,9 +15,9 @@ __all__ = ["Evaluator", "build_evaluator"]
 MetricLike = BaseMetric | Mapping[str, Any]
 
 
-def _build_metric(cfg: Any, index: int) -> BaseMetric:
+def _build_metric(cfg: Any, index: int, path: str | None = None) -> BaseMetric:
     if isinstance(cfg, Mapping):
-        return METRICS.build(cfg)
+        return METRICS.build(cfg, path=path)
     if callable(getattr(cfg, "process", None)) and callable(getattr(cfg, "evaluate", None)):
         return cfg
     raise ConfigError(
@@ -105,13 +105,15 @@ def _is_evaluator_type(type_: Any) -> bool:
     return type_ in EVALUATORS  # a registered factory function
 
 
-def build_evaluator(cfg: Evaluator | MetricLike | Sequence[MetricLike]) -> Evaluator:
+def build_evaluator(cfg: Evaluator | MetricLike | Sequence[MetricLike],
+                    path: str | None = None) -> Evaluator:
     """Build an evaluator from what a config may hold under ``val_evaluator``.
 
     Args:
         cfg: An :class:`Evaluator` (returned as is); a dict whose ``type`` is in
             ``EVALUATORS`` (built from it); a metric dict, a :class:`BaseMetric` or a list of
             those (wrapped in an :class:`Evaluator`).
+        path: Its config path (``val_evaluator``), for messages. Defaults to None.
 
     Returns:
         The evaluator.
@@ -119,7 +121,11 @@ def build_evaluator(cfg: Evaluator | MetricLike | Sequence[MetricLike]) -> Evalu
     if isinstance(cfg, Evaluator):
         return cfg
     if isinstance(cfg, Mapping) and "type" in cfg and _is_evaluator_type(cfg["type"]):
-        return EVALUATORS.build(cfg)
+        return EVALUATORS.build(cfg, path=path)
+    if path is not None and isinstance(cfg, Mapping):
+        cfg = _build_metric(cfg, 0, path)
+    elif path is not None and isinstance(cfg, Sequence) and not isinstance(cfg, str):
+        cfg = [_build_metric(m, i, f"{path}.{i}") for i, m in enumerate(cfg)]
     if cfg is None:
         raise ConfigError(
             "build_evaluator: got None; give a metric dict, a list of metric dicts or an "

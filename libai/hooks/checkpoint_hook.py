@@ -42,7 +42,10 @@ class CheckpointHook(Hook):
 
     Checkpoints are named after the number of *completed* iterations or epochs:
     ``iter_1000.pth`` holds the state after 1000 iterations; resuming from it runs iteration
-    1001 next. Every save moves the work dir's latest pointer (the runner does that).
+    1001 next. Every periodic and last save moves the work dir's latest pointer (the runner
+    does that), so ``--resume`` starts from the newest full checkpoint by iteration; a best
+    checkpoint moves it only when it is newer than every other (validation between two
+    periodic saves), never at the iteration of ``iter_<n>.pth``.
 
     Args:
         interval: Save every this many iterations (or epochs with ``by_epoch``); -1 disables
@@ -192,10 +195,10 @@ class CheckpointHook(Hook):
             runner.logger.error(f"{e} Training goes on (CheckpointHook on_error='warn').")
             return None
 
-    def _save(self, runner: Any, filename: str) -> str | None:
+    def _save(self, runner: Any, filename: str, latest: bool = True) -> str | None:
         """Save through the runner; returns the file's name relative to the work dir, or None
         when the save failed under ``on_error='warn'``."""
-        path = self._guard(runner, runner.save_checkpoint, filename, None, self.async_save)
+        path = self._guard(runner, runner.save_checkpoint, filename, None, self.async_save, latest)
         if path is None:
             return None
         return os.path.relpath(os.path.abspath(path), os.path.abspath(runner.work_dir))
@@ -257,7 +260,9 @@ class CheckpointHook(Hook):
         filename = f"best_{tag}_iter_{runner.iter}.pth"
         # set before saving: the best checkpoint records itself as the best
         self.best_score, self.best_file = score, filename
-        saved = self._save(runner, filename)
+        # the latest pointer stays on iter_<n>.pth of this iteration, or a newer one
+        newer = self._last_saved_iter is None or runner.iter > self._last_saved_iter
+        saved = self._save(runner, filename, latest=newer)
         if saved is None:  # failed under on_error='warn': the earlier best stays the best
             self.best_score, self.best_file = previous_score, previous
             return

@@ -11,6 +11,7 @@ import torch
 from libai.registry import HOOKS
 from libai.utils import dist
 from libai.utils.errors import ConfigError
+from libai.utils.paths import check_output_path
 
 from .hook import Hook
 
@@ -41,6 +42,7 @@ class DumpPredictionsHook(Hook):
     priority = "LOW"
 
     def __init__(self, path: str, label_key: str = "labels") -> None:
+        check_output_path(path, "DumpPredictionsHook.path")  # before the evaluation, not after
         if os.path.splitext(path)[1] not in (".pt", ".jsonl"):
             raise ConfigError(f"DumpPredictionsHook: '{path}' must end in .pt or .jsonl.")
         self.path = path

@@ -244,9 +244,9 @@ class MLflowBackend(_BatchedBackend):
     the final values as tags ``final/<name>`` and the best checkpoint as tags
     ``best_checkpoint`` (absolute path), ``best_metric`` and ``best_score``.
 
-    By default the runs go to a local file store, ``<log dir>/mlruns`` (the work dir for
-    training; for ``tools/test.py`` its run folder), unless ``MLFLOW_TRACKING_URI`` is set; view
-    it with ``mlflow ui --backend-store-uri <work dir>/mlruns``. MLflow 3 keeps file stores
+    By default the runs go to a local file store, ``<log dir>/mlruns`` (the series' run folder
+    for training; for ``tools/test.py`` its own run folder), unless ``MLFLOW_TRACKING_URI`` is
+    set; view it with ``mlflow ui --backend-store-uri <run folder>/mlruns``. MLflow 3 keeps file stores
     only behind ``MLFLOW_ALLOW_FILE_STORE=true``: this backend sets that variable (unless it
     is set) when it writes to a local folder. Or give ``tracking_uri``: a server
     (``'http://host:5000'``) or a database (``'sqlite:///mlflow.db'``, needs SQLAlchemy).

@@ -8,6 +8,7 @@ import torch
 
 from libai.registry import LOOPS
 from libai.utils.dist import all_reduce_mean
+from libai.utils.signals import StopRequested
 
 from .base import BaseLoop
 
@@ -51,6 +52,7 @@ class _EvalLoop(BaseLoop):
         runner.call_hook(f"before_{stage}_epoch")
         loss_sum, loss_batches = None, 0
         limit = runner.limit_batches(len(loader))
+        stop = getattr(runner, "stop_request", None)  # set while training, polled per batch
         with torch.no_grad():
             for idx, batch in enumerate(loader):
                 if idx >= limit:
@@ -63,6 +65,11 @@ class _EvalLoop(BaseLoop):
                     loss_batches += 1
                 evaluator.process(batch, outputs)
                 runner.call_hook(f"after_{stage}_iter", batch_idx=idx, data_batch=batch, outputs=outputs)
+                if stop is not None:
+                    signum = stop.poll()
+                    if signum:  # the training loop saves its iteration and redoes this later
+                        _drop_partial_results(evaluator)
+                        raise StopRequested(signum)
         size = len(loader.dataset) if limit >= len(loader) else None
         results = evaluator.evaluate(size) if size is not None else evaluator.evaluate(
             min(len(loader.dataset), limit * (loader.batch_size or 1) * runner.world_size)
@@ -72,6 +79,13 @@ class _EvalLoop(BaseLoop):
             metrics[prefix + "loss"] = all_reduce_mean({"loss": (loss_sum / loss_batches).item()})["loss"]
         runner.call_hook(f"after_{stage}_epoch", metrics=metrics)
         return metrics
+
+
+def _drop_partial_results(evaluator: Any) -> None:
+    """A stopped evaluation leaves no half-filled metric behind for the next one."""
+    for metric in getattr(evaluator, "metrics", ()):
+        if isinstance(getattr(metric, "results", None), list):
+            metric.results.clear()
 
 
 @LOOPS.register_module()

@@ -58,6 +58,12 @@ def _check_paramwise_cfg(cfg: Mapping[str, Any]) -> None:
                 f"{did_you_mean(str(key), _PARAMWISE_KEYS)} Valid keys: "
                 f"{', '.join(_PARAMWISE_KEYS)}."
             )
+    for key in _PARAMWISE_KEYS[:3]:  # float() of them would fail only at the first step
+        value = cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or value < 0):
+            raise ConfigError(f"optim_wrapper.paramwise_cfg.{key}={value!r}: expected a number "
+                              f">= 0 (or None: no multiplier).")
     custom = cfg.get("custom_keys") or {}
     if not isinstance(custom, Mapping):
         raise ConfigError(
@@ -170,7 +176,7 @@ class DefaultOptimWrapperConstructor:
 
     def _base_values(self) -> tuple[float | None, float | None]:
         """The optimizer's lr and weight_decay: from the config, else the class default."""
-        cls = OPTIMIZERS.get(self.optimizer_cfg.get("type"))
+        cls = OPTIMIZERS.get(self.optimizer_cfg.get("type"), path="optim_wrapper.optimizer")
         lr = self.optimizer_cfg.get("lr", _signature_default(cls, "lr"))
         wd = self.optimizer_cfg.get("weight_decay", _signature_default(cls, "weight_decay"))
         return lr, wd

@@ -30,6 +30,7 @@ import torch.distributed as torch_dist
 from torch import nn
 
 from libai.registry import OPTIM_WRAPPERS
+from libai.utils.dist import is_sharded
 from libai.utils.errors import ConfigError
 from libai.utils.suggest import did_you_mean
 
@@ -118,6 +119,12 @@ class GraphOptimWrapper(AmpOptimWrapper):
         """Attach the runner's :class:`~libai.model.graph.GraphModule` (parity check, fallback)."""
         self.graph = graph
         graph.verify_steps = self.verify_steps
+        if self.verify_steps and is_sharded(graph):
+            # the parity check runs a deep copy of the model, and FSDP2 / DTensor models
+            # cannot be copied: compiled and eager are compared by tests/parallel instead
+            graph.verify_steps = 0
+            _logger.info("Graph mode: no parity check on a sharded model (FSDP / tensor "
+                         "parallel models cannot be copied for the eager reference).")
 
     @property
     def eager(self) -> bool:

@@ -50,7 +50,7 @@ def _parse_clip_grad(clip_grad: Mapping | None) -> tuple[str, dict[str, Any]] | 
         )
     args = dict(clip_grad)
     kind = args.pop("type", "norm")
-    if kind not in _CLIP_ARGS:
+    if not isinstance(kind, str) or kind not in _CLIP_ARGS:
         raise ConfigError(
             f"optim_wrapper.clip_grad.type={kind!r} is not a clipping method."
             f"{did_you_mean(str(kind), _CLIP_ARGS)} Use dict(type='norm', max_norm=1.0) to "
@@ -69,6 +69,10 @@ def _parse_clip_grad(clip_grad: Mapping | None) -> tuple[str, dict[str, Any]] | 
             f"optim_wrapper.clip_grad with type={kind!r} needs {required!r}, "
             f"e.g. dict(type={kind!r}, {required}=1.0)."
         )
+    for key, value in args.items():  # torch would fail on them only at the first step
+        if key in ("max_norm", "norm_type", "clip_value") and value != "inf" and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise ConfigError(f"optim_wrapper.clip_grad.{key}={value!r}: expected a number >= 0.")
     return kind, args
 
 
@@ -371,12 +375,14 @@ class OptimWrapper:
                 f"Cannot load the optim wrapper state: expected an 'optimizer' key, got keys "
                 f"{sorted(map(str, state_dict))}."
             )
-        self.optimizer.load_state_dict(state_dict["optimizer"])
+        if state_dict["optimizer"] is not None:  # None: a sharded checkpoint has loaded it
+            self.optimizer.load_state_dict(state_dict["optimizer"])
         self._inner_count = int(state_dict.get("inner_count", 0))
         self._grad_norm = state_dict.get("grad_norm")
         grads = state_dict.get("accumulated_grads")
         if grads is not None:
             self._load_grads(grads)
+        if grads is not None or state_dict.get("grads_in_shards"):
             self._restored_grads_at = self._inner_count
 
     def _load_grads(self, grads: list[torch.Tensor | None]) -> None:

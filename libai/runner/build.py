@@ -9,11 +9,12 @@ from typing import Any
 from torch import nn
 
 from libai.registry import HOOKS, LOOPS, MODELS
-from libai.utils.errors import ConfigError
+from libai.utils.errors import ConfigError, LibaiError
 from libai.utils.suggest import did_you_mean
 
 __all__ = [
     "TOP_LEVEL_KEYS",
+    "TOP_LEVEL_DEFAULTS",
     "validate_top_level",
     "build_model",
     "build_loader",
@@ -45,11 +46,47 @@ TOP_LEVEL_KEYS = {
     "device": "'auto' (default), 'cpu', 'cuda' or 'cuda:N'",
     "compile": "the forward compiled: True or torch.compile options (graph mode is optim_wrapper.type='GraphOptimWrapper')",
     "model_wrapper_cfg": "extra DistributedDataParallel arguments",
+    "parallel": "dict(data=None, fsdp=1, tensor=1): how the processes split the work (docs/parallel.md)",
+    "activation_checkpointing": "None, 'blocks' or dict(modules=[class names]): recompute in the backward",
     "log_level": "'INFO' (default), 'DEBUG', 'WARNING'",
     "load_from": "weights to load (no resume): a path, or dict(path=..., strict=True, remap=...)",
     "resume": "True for the latest checkpoint in work_dir, or a checkpoint path",
     "resume_options": "dict(allow_changes=[...]): schedule changes accepted on resume",
     "custom_imports": "dict(imports=['my_module']): modules to import before anything is built",
+    "preemption": "dict(signals=['SIGTERM', 'SIGUSR1']) (default): save and stop on these; None: off",
+}
+
+
+# The value each key takes when the config leaves it out, as docs/reference.md shows it.
+TOP_LEVEL_DEFAULTS = {
+    "model": "required",
+    "work_dir": "'work_dirs/default'",
+    "experiment_name": "the config file's name",
+    "train_dataloader": "None: no training",
+    "val_dataloader": "None: no validation",
+    "test_dataloader": "None: no test",
+    "train_cfg": "None: no training",
+    "val_cfg": "dict(type='ValLoop')",
+    "test_cfg": "dict(type='TestLoop')",
+    "optim_wrapper": "None: no training",
+    "param_scheduler": "None: a constant learning rate",
+    "val_evaluator": "None",
+    "test_evaluator": "None",
+    "default_hooks": "None: libai.hooks.DEFAULT_HOOKS as they are",
+    "custom_hooks": "None",
+    "randomness": "dict(seed=None, deterministic=False, diff_rank_seed=False): a seed is drawn and logged",
+    "env_cfg": "dict(dist_backend=None, dist_timeout=1800): the backend from the device",
+    "device": "'auto': CUDA when available, else CPU",
+    "compile": "False",
+    "model_wrapper_cfg": "None: DistributedDataParallel's own defaults",
+    "parallel": "None: data parallel over every process",
+    "activation_checkpointing": "None: activations kept for the backward",
+    "log_level": "'INFO'",
+    "load_from": "None",
+    "resume": "False",
+    "resume_options": "None",
+    "custom_imports": "None",
+    "preemption": "dict(signals=['SIGTERM', 'SIGUSR1'])",
 }
 
 
@@ -81,7 +118,7 @@ def graph_mode(cfg: Any) -> dict | None:
         return dict(compile=wrapper.compile_options, on_failure=wrapper.on_failure)
     if not isinstance(wrapper, Mapping) or not isinstance(wrapper.get("type"), str):
         return None
-    cls = OPTIM_WRAPPERS.get(wrapper["type"])
+    cls = OPTIM_WRAPPERS.get(wrapper["type"], path="optim_wrapper")
     if not (isinstance(cls, type) and issubclass(cls, GraphOptimWrapper)):
         return None
     if cfg.get("compile"):
@@ -159,13 +196,26 @@ def build_eval_sets(loader_cfg: Any, evaluator_cfg: Any, stage: str, build_one: 
         raise ConfigError(f"{stage}_dataloader is set but {stage}_evaluator is not: add e.g. "
                           f"{stage}_evaluator=dict(type='Accuracy').")
     if not _is_multi(loader_cfg):
-        return build_one(loader_cfg, f"{stage}_dataloader"), build_evaluator(evaluator_cfg)
+        return (build_one(loader_cfg, f"{stage}_dataloader"),
+                _named(f"{stage}_evaluator", build_evaluator, evaluator_cfg))
     loaders = {name: build_one(c, f"{stage}_dataloader.{name}") for name, c in loader_cfg.items()}
     per_set = isinstance(evaluator_cfg, dict) and set(evaluator_cfg) == set(loaders)
     evaluators = {
-        name: build_evaluator(evaluator_cfg[name] if per_set else evaluator_cfg) for name in loaders
+        name: _named(f"{stage}_evaluator" + (f".{name}" if per_set else ""), build_evaluator,
+                     evaluator_cfg[name] if per_set else evaluator_cfg)
+        for name in loaders
     }
     return loaders, evaluators
+
+
+def _named(path: str, build_fn: Any, cfg: Any) -> Any:
+    """``build_fn(cfg, path)``; a LibaiError that does not say where gets the path in front."""
+    try:
+        return build_fn(cfg, path=path)
+    except LibaiError as e:
+        if path in str(e):
+            raise
+        raise type(e)(f"{path}: {e}") from e
 
 
 def build_loop(loop_cfg: Any, default_type: str, section: str, **default_args: Any) -> Any:

@@ -20,6 +20,7 @@ class CheckpointMixin:
 
     _resumed = False
     _config_text: str | None = None
+    _loaded_iter = 0  # the training iteration of the checkpoint load_from loaded
 
     @property
     def config_text(self) -> str:
@@ -40,10 +41,12 @@ class CheckpointMixin:
         import torch
 
         from libai.checkpoint import get_rng_state, model_state_for_saving
+        from libai.checkpoint.sharded import group_settings, is_sharded_model
         from libai.version import __version__
 
         loop = self._train_loop
         position = loop.state_dict() if loop is not None else {"iter": 0, "epoch": 0}
+        sharded = is_sharded_model(self.unwrapped_model)  # weights and optimizer in the shards
         state = {
             "meta": {
                 "libai_version": __version__,
@@ -59,7 +62,7 @@ class CheckpointMixin:
                 "run_folder": self._run_folder(),
                 **(meta or {}),
             },
-            "state_dict": model_state_for_saving(self.model),
+            "state_dict": {} if sharded else model_state_for_saving(self.model),
             "message_hub": self.message_hub.state_dict(),
             "hooks": {key: hook.state_dict() for key, hook in self._stateful_hooks().items()},
             "rng": rng if rng is not None else [get_rng_state()],
@@ -70,11 +73,15 @@ class CheckpointMixin:
             if hasattr(sampler, "state_dict"):
                 state["sampler"] = sampler.state_dict()
             state["optimizer"] = self.optim_wrapper.state_dict()
+            if sharded:
+                grads = state["optimizer"].pop("accumulated_grads", None) is not None
+                state["optimizer"].update(optimizer=None, grads_in_shards=grads,
+                                          param_groups=group_settings(self.optim_wrapper.optimizer))
             state["param_schedulers"] = [s.state_dict() for s in self.param_schedulers]
         return state
 
     def save_checkpoint(self, filename: str, meta: dict | None = None,
-                        asynchronous: bool = False) -> str:
+                        asynchronous: bool = False, latest: bool = True) -> str:
         """Write a full checkpoint ``work_dir/filename``, then move the latest pointer.
 
         Every rank must call this: the RNG states of all ranks are gathered. Rank 0 alone builds
@@ -86,6 +93,8 @@ class CheckpointMixin:
             asynchronous: Return once the state is copied to host memory and write it in a
                 background thread; the latest pointer moves when the file and its manifest are
                 complete, and the next save first waits for this one. Defaults to False.
+            latest: Move the latest pointer to it (``--resume`` starts there). Defaults to True;
+                CheckpointHook passes False for a best checkpoint no newer than the last one.
 
         Returns:
             The checkpoint's path.
@@ -95,24 +104,31 @@ class CheckpointMixin:
                 earlier checkpoint and the latest pointer are left as they were.
         """
         from libai.checkpoint import get_rng_state, save_checkpoint, update_latest
+        from libai.checkpoint.workdir import keep_other_runs_checkpoint
 
         path = os.path.join(self.work_dir, filename)
+        if dist.is_main_process():  # a fresh run never saves over an earlier run's checkpoint
+            keep_other_runs_checkpoint(path, self._run_folder())
         rng = dist.all_gather_object(get_rng_state())
-        grads_by_rank = self._gather_accumulated_grads()
+        shards = self._save_shards(path)
+        grads_by_rank = None if shards else self._gather_accumulated_grads()
         error = None
         if dist.is_main_process():
             try:
                 state = self.checkpoint_state(meta, rng=rng)
+                if shards:
+                    state["sharded"] = shards
                 if grads_by_rank is not None:
                     state["optimizer"]["accumulated_grads"] = grads_by_rank[0]
                     state["optimizer"]["accumulated_grads_by_rank"] = grads_by_rank
                 self.call_hook("before_save_checkpoint", checkpoint=state)
                 if asynchronous:
-                    self._async_saver().save(
-                        state, path, on_done=lambda p: update_latest(self.work_dir, p))
+                    self._async_saver().save(state, path, on_done=(
+                        (lambda p: update_latest(self.work_dir, p)) if latest else None))
                 else:
                     save_checkpoint(state, path)
-                    update_latest(self.work_dir, path)
+                    if latest:
+                        update_latest(self.work_dir, path)
             except LibaiError as e:  # a failed write, or a hook refusing the save (NaN weights)
                 error = e
         # every rank learns of a failure on rank 0, so that all stop (or go on) together
@@ -120,6 +136,17 @@ class CheckpointMixin:
         if error is not None:
             raise error
         return path
+
+    def _save_shards(self, path: str) -> dict | None:
+        """FSDP2 / tensor parallel: every rank writes its shards (libai.checkpoint.sharded)."""
+        from libai.checkpoint.sharded import is_sharded_model, save_sharded
+
+        if not is_sharded_model(self.unwrapped_model):
+            return None
+        training = self._train_loop is not None
+        window = training and self.optim_wrapper.accumulated_grads() is not None
+        return save_sharded(path, self.unwrapped_model,
+                            self.optim_wrapper.optimizer if training else None, with_grads=window)
 
     def _gather_accumulated_grads(self) -> list | None:
         """Under DDP, mid-window gradients differ by rank (no_sync): gather them, by rank."""
@@ -155,6 +182,11 @@ class CheckpointMixin:
                 out[key] = hook
         return out
 
+    def _log_resharding(self, shards: dict) -> None:
+        if shards.get("world_size") != self.world_size:
+            self.logger.info(f"Sharded checkpoint of {shards.get('world_size')} process(es) "
+                             f"loaded into {self.world_size}: resharded on load.")
+
     def load_checkpoint(self, path: str, strict: bool = True, remap: Any = None) -> Any:
         """Load model weights only (``load_from``); returns the load report.
 
@@ -163,6 +195,7 @@ class CheckpointMixin:
         checking that the folder's model type and dimensions match the built model.
         """
         from libai.checkpoint import load_checkpoint, load_model_state
+        from libai.checkpoint.sharded import is_sharded_model, load_full_into_sharded, load_sharded
         from libai.model.zoo.hf import hf_state_dict_for, is_hf_folder
 
         if is_hf_folder(path):
@@ -170,13 +203,26 @@ class CheckpointMixin:
         else:
             ckpt = load_checkpoint(path)
             weights = ckpt.get("state_dict", ckpt)
-        report = load_model_state(self.unwrapped_model, weights, strict=strict, remap=remap)
-        self.logger.info(f"Loaded weights from {path}" + (f"\n{report}" if str(report) else ""))
+            if "sharded" in ckpt:  # every rank reads its part, resharded to this run's layout
+                load_sharded(path, ckpt["sharded"], self.unwrapped_model, None)
+                weights = None
+            it = ckpt.get("meta", {}).get("iter") if isinstance(ckpt.get("meta"), dict) else None
+            if isinstance(it, int) and not isinstance(it, bool) and it >= 0:
+                self._loaded_iter = it
+        if weights is None:
+            report = ""
+        elif is_sharded_model(self.unwrapped_model):  # whole tensors into this run's shards
+            report = load_full_into_sharded(self.unwrapped_model, weights, strict=strict)
+        else:
+            report = load_model_state(self.unwrapped_model, weights, strict=strict, remap=remap)
+        at = f" (iteration {self._loaded_iter})" if self._loaded_iter else ""
+        self.logger.info(f"Loaded weights from {path}{at}" + (f"\n{report}" if str(report) else ""))
         return report
 
     def resume(self, path: str) -> None:
         """Restore the whole run from ``path`` so training continues exactly where it stopped."""
         from libai.checkpoint import load_checkpoint, load_model_state, set_rng_state
+        from libai.checkpoint.sharded import load_sharded, restore_group_settings
 
         ckpt = load_checkpoint(path)
         if "loop" not in ckpt:
@@ -185,12 +231,18 @@ class CheckpointMixin:
         meta = ckpt.get("meta", {})
         check_resume_config(meta.get("config_json"), meta.get("world_size"), self.cfg,
                             self.world_size, self.logger)
-        load_model_state(self.unwrapped_model, ckpt["state_dict"], strict=True)
+        if "sharded" in ckpt:  # every rank reads its part; DCP reshards to this run's layout
+            load_sharded(path, ckpt["sharded"], self.unwrapped_model, self.optim_wrapper.optimizer)
+            self._log_resharding(ckpt["sharded"])
+        else:
+            load_model_state(self.unwrapped_model, ckpt["state_dict"], strict=True)
         optim_state = dict(ckpt["optimizer"])
         by_rank = optim_state.pop("accumulated_grads_by_rank", None)
         if by_rank is not None and len(by_rank) == self.world_size:
             optim_state["accumulated_grads"] = by_rank[self.rank]  # each rank its own window
         self.optim_wrapper.load_state_dict(optim_state)
+        if "sharded" in ckpt:
+            restore_group_settings(self.optim_wrapper.optimizer, optim_state["param_groups"])
         for sched, st in zip(self.param_schedulers, ckpt.get("param_schedulers", [])):
             sched.load_state_dict(st)
         loop = self.train_loop
@@ -247,6 +299,7 @@ class CheckpointMixin:
             if path is not None:
                 self.resume(path)
                 return
+            self._set_damaged_aside()
             self.logger.info(f"resume: no complete checkpoint in {self.work_dir}; starting fresh.")
         if load_from:
             opts = dict(load_from) if isinstance(load_from, dict) else {"path": load_from}
@@ -256,6 +309,38 @@ class CheckpointMixin:
                     f"load_from must be a path or dict(path=..., strict=True, remap=None); got "
                     f"keys {sorted(opts)}.")
             self.load_checkpoint(opts["path"], strict=opts.get("strict", True), remap=opts.get("remap"))
+
+    def _set_damaged_aside(self) -> None:
+        """Nothing to resume from, but damaged checkpoints are there: stop, naming them, unless
+        ``resume_options.damaged='rename'`` (``--move-damaged``) asks to move them aside to
+        ``*.damaged`` first. Training over them would overwrite bytes the user may recover.
+        Files without a manifest (a save cut short, e.g. by kill -9) are moved aside without
+        asking: they never were complete, and a restarted worker must be able to start fresh."""
+        from libai.checkpoint import damaged_checkpoints, manifest_path, move_aside
+
+        found = None
+        if dist.is_main_process():
+            found = [(str(p), manifest_path(p).exists())
+                     for p in damaged_checkpoints(self.work_dir)]
+        found = dist.broadcast_object(found)
+        if not found:
+            return
+        names = ", ".join(os.path.basename(p) for p, _ in found)
+        damaged = any(has_manifest for _, has_manifest in found)
+        policy = dict(self.cfg.get("resume_options") or {}).get("damaged", "stop")
+        if damaged and policy != "rename":
+            raise CheckpointError(
+                f"--resume: the only checkpoints in {self.work_dir} are damaged or incomplete "
+                f"({names}); nothing was changed. Move them aside yourself, or pass --move-damaged "
+                f"(resume_options=dict(damaged='rename')) to rename them to *.damaged, keeping "
+                f"every byte, and start fresh.")
+        if dist.is_main_process():
+            for path, _ in found:
+                move_aside(path)
+        dist.barrier()
+        what = "damaged" if damaged else "unfinished (no manifest: a save was cut short)"
+        self.logger.warning(f"resume: moved the {what} checkpoint(s) {names} to *.damaged, every "
+                            f"byte kept.")
 
     def _find_resumable(self) -> str | None:
         from libai.checkpoint import find_resumable

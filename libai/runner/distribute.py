@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from libai.parallel import build_mesh, parallelize, parse_parallel
+from libai.parallel import ParallelConfig, build_mesh, parallelize, parse_parallel
 from libai.utils import dist
 
 __all__ = ["distribute_model"]
@@ -27,7 +27,8 @@ def _param_dtype(cfg: Any) -> torch.dtype | None:
     return _AMP_DTYPES.get(str(dtype)) if dtype is not None else None
 
 
-def distribute_model(cfg: Any, model: nn.Module, device: torch.device, logger: Any) -> nn.Module:
+def distribute_model(cfg: Any, model: nn.Module, device: torch.device,
+                     logger: Any) -> tuple[nn.Module, ParallelConfig]:
     """Wrap ``model`` for the processes of this run and log how.
 
     Args:
@@ -36,12 +37,15 @@ def distribute_model(cfg: Any, model: nn.Module, device: torch.device, logger: A
         model: The built model, on ``device``.
         device: This process's device.
         logger: The run's logger.
+
+    Returns:
+        The model to train and the checked ``parallel`` sizes.
     """
     pc = parse_parallel(cfg.get("parallel"), dist.get_world_size())
     dist.set_data_parallel(None)
     checkpointing = cfg.get("activation_checkpointing")
     if pc.strategy == "single" and not checkpointing:
-        return model
+        return model, pc
     sharded = pc.fsdp > 1 or pc.tensor > 1
     # ranks are laid out (data, fsdp, tensor), tensor innermost: neighbours share a batch
     dist.set_data_parallel(dist.get_rank() // pc.tensor if pc.tensor > 1 else None,
@@ -52,4 +56,4 @@ def distribute_model(cfg: Any, model: nn.Module, device: torch.device, logger: A
                                ddp_kwargs=cfg.get("model_wrapper_cfg"))
     for line in lines:
         logger.info(line)
-    return model
+    return model, pc

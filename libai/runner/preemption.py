@@ -42,9 +42,8 @@ def stop_on_signal(runner: Any, signum: int, val_interrupted: bool = False) -> N
     if runner.fast_dev_run:
         path, note = None, "a dry run (--fast-dev-run) saves nothing"
     elif loop.iter == getattr(loop, "start_iter", None) and not val_interrupted:
-        path = runner._find_resumable() if loop.iter else None
-        note = ("nothing trained yet in this run; " + (f"resume from {path}" if path else
-                "--resume starts fresh"))
+        path, note = None, ("nothing trained since this run started, nothing to save; --resume "
+                            "starts where this run did")
     else:
         path = _save(runner, force=val_interrupted)
         note = f"checkpoint {path}" + (" (the interrupted validation reruns on resume)"
@@ -71,7 +70,7 @@ def _save(runner: Any, force: bool) -> str:
 def _resume_command(runner: Any) -> str:
     """The command line that continues this run: the one that started it, with --resume."""
     argv = list(sys.argv)
-    if not argv or not argv[0].endswith(".py"):
+    if not argv or os.path.basename(argv[0]) != "train.py":
         return f"the same code with resume=True (work dir {runner.work_dir})"
     if "--resume" not in argv:
         argv.append("--resume")

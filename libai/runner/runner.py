@@ -16,16 +16,19 @@ from typing import Any
 from torch import nn
 
 from libai.hooks.hook import STAGES, Hook, get_priority
-from libai.model import compile_model, make_train_step, wrap_ddp
+from libai.model import compile_model, make_train_step
 from libai.model import test_step as default_eval_step
 from libai.model.graph import GraphModule
+from libai.parallel import in_loss_parallel
 from libai.registry import RUNNERS
 from libai.utils import dist
-from libai.utils.errors import CheckpointError, ConfigError
+from libai.utils.errors import CheckpointError, ConfigError, TrainingError
 from libai.utils.message_hub import MessageHub
 
-from . import build, env, imports
+from . import build, env, imports, preemption
 from .checkpointing import CheckpointMixin
+from .distribute import distribute_model
+from .preflight import preflight
 
 __all__ = ["Runner"]
 
@@ -45,12 +48,15 @@ class Runner(CheckpointMixin):
 
         cfg = cfg if isinstance(cfg, Config) else Config(dict(cfg))
         build.validate_top_level(cfg)
+        preflight(cfg, fast_dev_run)
         imports.import_custom_modules(cfg.get("custom_imports"), cfg.filename)
         cfg.freeze()
         self.cfg = cfg
         self.fast_dev_run = int(fast_dev_run)
         self.should_stop = False
         self.message_hub = MessageHub()
+        self._stop_request = preemption.build_stop_request(cfg)
+        self.stop_request = None  # the installed StopRequest while train() runs; loops poll it
 
         env.init_distributed(dict(cfg.get("env_cfg") or {}))
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
@@ -64,7 +70,9 @@ class Runner(CheckpointMixin):
         self.series_dir = self.log_dir  # where training scalars go; resume() may change it
         self.experiment_name = cfg.get("experiment_name") or _config_name(cfg)
         self.logger = self._make_logger()
-        self.logger.info(env.env_summary(self.device, self.seed, {"work dir": self.log_dir}))
+        where = (f"{self.log_dir} (temporary: a --fast-dev-run writes nothing into {self.work_dir})"
+                 if self.fast_dev_run else self.log_dir)
+        self.logger.info(env.env_summary(self.device, self.seed, {"work dir": where}))
         if dist.is_main_process():
             self._dump_config(os.path.join(self.log_dir, "config.py"))
 
@@ -112,8 +120,7 @@ class Runner(CheckpointMixin):
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         graph = build.graph_mode(self.cfg)
-        if dist.is_distributed():
-            model = wrap_ddp(model, self.device, **dict(self.cfg.get("model_wrapper_cfg") or {}))
+        model, self.parallel = distribute_model(self.cfg, model, self.device, self.logger)
         if graph is not None:
             return GraphModule(model, **graph)
         return compile_model(model, self.cfg.get("compile") or False)
@@ -203,7 +210,8 @@ class Runner(CheckpointMixin):
     # ----------------------------------------------------------------- loop position
     @property
     def iter(self) -> int:
-        return self._train_loop.iter if self._train_loop is not None else 0
+        """Iterations done; without training, those of the checkpoint ``load_from`` loaded."""
+        return self._train_loop.iter if self._train_loop is not None else self._loaded_iter
 
     @property
     def epoch(self) -> int:
@@ -243,6 +251,8 @@ class Runner(CheckpointMixin):
                     f"Graph mode: {type(self.unwrapped_model).__name__} has its own train_step: "
                     f"its calls to forward are compiled and update_params steps with the compiled "
                     f"update; the rest of its train_step runs eager.")
+            if self.parallel.tensor > 1:
+                step = in_loss_parallel(step)
             self._train_step = step
         return step
 
@@ -285,7 +295,34 @@ class Runner(CheckpointMixin):
 
     # ------------------------------------------------------------------- entry points
     def train(self) -> nn.Module:
-        """Train as ``train_cfg`` says, validating on the way; returns the trained model."""
+        """Train as ``train_cfg`` says, validating on the way; returns the trained model.
+
+        Raises:
+            Preempted: a signal named by the ``preemption`` key stopped training; the checkpoint
+                of the stop iteration is written (docs/reliability.md).
+        """
+        request = self._stop_request
+        if request is not None and request.install():  # from here: loader start-up included
+            self.stop_request = request
+        try:
+            return self._train()
+        except RuntimeError as e:  # a hang or a dead peer: one line naming this rank
+            message = dist.collective_failure(e)
+            if message is None:
+                raise
+            raise TrainingError(message) from e
+        finally:
+            if request is not None:
+                request.uninstall()
+            self.stop_request = None
+
+    def stop_on_signal(self, signum: int, val_interrupted: bool = False) -> None:
+        """Called by the train loop on every rank when a stop signal is agreed on: save the
+        current iteration, log one line, raise :class:`~libai.utils.signals.Preempted`."""
+        preemption.stop_on_signal(self, signum, val_interrupted)
+
+    def _train(self) -> nn.Module:
+        self.optim_wrapper  # noqa: B018 - first: a bad optimizer setting fails before the data loads
         loop = self.train_loop
         self.param_schedulers  # noqa: B018 - build before resume so their state can load
         self._log_derived(loop)

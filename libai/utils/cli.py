@@ -7,18 +7,21 @@
 A :class:`~libai.utils.errors.LibaiError` (bad config, unknown registry name...) is printed as
 one line, ``error: <message>``, and the process exits with status 2, because the message
 already says what to fix. With ``--debug`` anywhere on the command line the error propagates
-with its full traceback. Other exceptions are bugs and always show their traceback.
+with its full traceback. So is an OS error a user causes and can fix (no permission, a file
+where a folder is expected, a full disk, too many open files: :func:`os_error_line`). Other
+exceptions are bugs and always show their traceback.
 """
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from .errors import LibaiError
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_USER_ERROR", "run_cli"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_USER_ERROR", "os_error_line", "run_cli"]
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
@@ -44,7 +47,8 @@ def run_cli(
 
     Raises:
         SystemExit: Always: the status of ``main_fn``, 2 after a ``LibaiError``, 130 after
-            Ctrl-C.
+            Ctrl-C, a ``LibaiError``'s own ``exit_status`` where it has one (``Preempted``:
+            128 + the signal's number, no message: the runner logged it).
         LibaiError: With ``--debug``, instead of the short message.
     """
     args = list(sys.argv[1:] if argv is None else argv)
@@ -61,11 +65,46 @@ def _call(main_fn: Callable[[list[str]], int | None], args: list[str]) -> int:
     try:
         return main_fn(args) or 0
     except LibaiError as e:
+        status = getattr(e, "exit_status", None)
+        if status is not None:  # an orderly stop (Preempted: a signal), logged where it happened
+            return int(status)
         if "--debug" in args:
             raise
         print(f"error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except OSError as e:
+        line = os_error_line(e)
+        if line is None or "--debug" in args:  # not one a user causes: a bug, keep the traceback
+            raise
+        print(f"error: {line}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("interrupted (Ctrl-C). Checkpoints written so far are complete; continue a "
               "training run with --resume.", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+# OS errors a user causes (and can fix), with the fix; any other OSError keeps its traceback.
+_OS_FIXES = {
+    errno.EACCES: "make it accessible (chmod) or choose another path",
+    errno.EPERM: "make it accessible (chmod) or choose another path",
+    errno.EROFS: "choose a path on a writable file system",
+    errno.ENOSPC: "free disk space or choose a path on another disk",
+    errno.EDQUOT: "free space within your quota or choose a path on another disk",
+    errno.ENOTDIR: "a part of the path is a file, not a folder: choose another path",
+    errno.EISDIR: "it is a folder: give a file name",
+    errno.ENAMETOOLONG: "choose a shorter path",
+    errno.EMFILE: "raise the limit of open files (ulimit -n 65536) or lower num_workers",
+    errno.ENFILE: "raise the system's limit of open files or lower num_workers",
+}
+
+
+def os_error_line(e: OSError) -> str | None:
+    """One line for an OS error a user can fix (permissions, a file where a folder is expected,
+    a full disk, too many open files): the cause, the path and the fix; None for any other."""
+    fix = _OS_FIXES.get(e.errno)
+    if fix is None:
+        return None
+    where = f" '{e.filename}'" if e.filename else ""
+    also = f" -> '{e.filename2}'" if getattr(e, "filename2", None) else ""
+    return f"{e.strerror or e}:{where}{also}. Fix: {fix}."

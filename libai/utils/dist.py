@@ -24,12 +24,14 @@ __all__ = [
     "get_local_rank",
     "is_main_process",
     "set_data_parallel",
+    "is_sharded",
     "get_data_parallel_rank",
     "get_data_parallel_world_size",
     "barrier",
     "all_reduce_mean",
     "all_gather_object",
     "broadcast_object",
+    "collective_failure",
     "destroy_dist",
 ]
 
@@ -58,7 +60,56 @@ def init_dist(backend: str | None = None, timeout_s: int = 1800) -> None:
     # ("terminate called without an active exception"). Imported now, the default is None.
     importlib.import_module("torch.distributed.nn.functional")
 
-    dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+    global _timeout_s
+    _timeout_s = timeout_s
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = _elastic_store(timeout)
+    if store is None:
+        dist.init_process_group(backend=backend, timeout=timeout)
+    else:
+        dist.init_process_group(backend=backend, timeout=timeout, store=store,
+                                rank=int(os.environ["RANK"]), world_size=get_world_size_env())
+
+
+def get_world_size_env() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+_timeout_s = 1800
+# What gloo and NCCL say when a collective times out or a peer is gone (plain RuntimeErrors).
+_COMM_FAILURES = ("Timed out waiting", "Connection closed by peer", "Connection reset by peer",
+                  "Application timeout caused pair closure", "NCCL error",
+                  "Watchdog caught collective operation timeout")
+
+
+def collective_failure(error: BaseException) -> str | None:
+    """One line for a collective that timed out or lost a peer, naming this rank; None when
+    ``error`` is something else (or the run is not distributed)."""
+    text = str(error)
+    if not is_distributed() or not any(s in text for s in _COMM_FAILURES):
+        return None
+    detail = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    detail = detail.split("] ", 1)[-1] if detail.startswith("[") else detail  # drop the C++ path
+    return (f"rank {get_rank()} of {get_world_size()}: a collective operation failed ({detail}). "
+            f"Another rank probably died or hangs; its own log says why. Collectives wait at "
+            f"most env_cfg.dist_timeout={_timeout_s} s. Under torchrun --max-restarts the group "
+            f"restarts and --resume continues from the last complete checkpoint.")
+
+
+def _elastic_store(timeout: datetime.timedelta) -> Any:
+    """Under ``torchrun --max-restarts``, the launcher's key-value store, seen through a prefix
+    of its own for each attempt, or None outside torchrun's shared store.
+
+    torchrun keeps one store for all attempts; without a prefix, a restarted group can read the
+    addresses that the killed workers published ("Gloo connectFullMesh failed ... Connection
+    refused") and every later attempt fails.
+    """
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is None or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          is_master=False, timeout=timeout)
+    return dist.PrefixStore(f"libai/attempt_{attempt}", store)
 
 
 def destroy_dist() -> None:
@@ -73,6 +124,9 @@ def destroy_dist() -> None:
         gc.collect()  # a released runner sits in reference cycles, and holds the group
         try:
             dist.barrier()
+        except RuntimeError as e:  # a peer is gone: the run's own error has said so already
+            if collective_failure(e) is None:
+                raise
         finally:
             dist.destroy_process_group()
 
@@ -91,6 +145,15 @@ def get_world_size() -> int:
 
 def get_local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def is_sharded(module: torch.nn.Module) -> bool:
+    """True when some parameter of ``module`` is a DTensor (FSDP2 or tensor parallel)."""
+    if not dist.is_available():
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in module.parameters())
 
 
 # Tensor-parallel peers see the same batch: the samplers and the metrics count "data-parallel"

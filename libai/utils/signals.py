@@ -129,7 +129,7 @@ class StopRequest:
         for signum in self.signals:
             self._previous[signum] = signal.signal(signum, self._handle)
         self._distributed = dist.get_world_size() > 1
-        if self._distributed and torch.distributed.get_backend() == "nccl":
+        if self._distributed and self._group is None and torch.distributed.get_backend() == "nccl":
             # a CPU-side group: agreeing on a flag must not wait for the GPU every step
             self._group = torch.distributed.new_group(backend="gloo")
         return True

@@ -61,3 +61,21 @@ def test_big_configs_reach_their_global_batch_by_accumulation():
         cfg = load(name)
         micro = cfg.train_dataloader.batch_size
         assert micro * cfg.optim_wrapper.accumulative_counts == global_batch, name
+
+
+SHIPPED = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "configs")) if f.endswith(".py"))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_schedule_follows_any_run_length(name):
+    """train_cfg.max_iters=N works for small and large N: the warm-up fits in the run and the
+    decay reaches its end (the shipped schedules are written relative to the run)."""
+    from libai.optim import build_param_schedulers
+
+    cfg = load(name)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    for n in (1, 10, 100, 10**7):
+        cfg.merge_from_options([f"train_cfg.max_iters={n}"])
+        schedulers = build_param_schedulers(list(cfg.param_scheduler), opt, max_iters=n)
+        assert all(s.begin < n or s.begin == s.end - 1 for s in schedulers), (name, n)
+        assert max(s.end for s in schedulers) == max(n, schedulers[-1].begin + 1), (name, n)

@@ -86,6 +86,7 @@ class FakeRunner:
         self.work_dir = str(tmp_path)
         self.log_dir = os.path.join(self.work_dir, "20240101_000000")
         os.makedirs(self.log_dir, exist_ok=True)
+        self.series_dir = self.log_dir  # a fresh run's series is in its own run folder
         self.log_handler = ListHandler()
         self.logger = logging.getLogger(f"test.{uuid.uuid4().hex}")
         self.logger.setLevel(logging.DEBUG)
@@ -127,8 +128,9 @@ class FakeRunner:
         pass
 
     def save_checkpoint(self, filename: str, meta: dict | None = None,
-                        asynchronous: bool = False) -> str:
-        """Like the runner's: hook states in, file + manifest written, latest pointer moved."""
+                        asynchronous: bool = False, latest: bool = True) -> str:
+        """Like the runner's: hook states in, file + manifest written, latest pointer moved
+        (unless ``latest`` is False)."""
         path = os.path.join(self.work_dir, filename)
         state = {
             "iter": self.iter,
@@ -138,8 +140,9 @@ class FakeRunner:
         torch.save(state, path)
         with open(path + ".manifest.json", "w") as f:
             f.write("{}")
-        with open(os.path.join(self.work_dir, "latest_checkpoint"), "w") as f:
-            f.write(filename + "\n")
+        if latest:
+            with open(os.path.join(self.work_dir, "latest_checkpoint"), "w") as f:
+                f.write(filename + "\n")
         self.saved.append(filename)
         self.checkpoints[filename] = state
         return path

@@ -77,6 +77,34 @@ def test_never_deletes_latest_pointer_target(make_runner, run_iters, monkeypatch
     assert _files(runner) == ["iter_1.pth", "iter_2.pth"]
 
 
+def test_latest_pointer_names_the_newest_full_checkpoint_not_the_best(make_runner, run_iters):
+    hook = CheckpointHook(interval=2, save_best="val/accuracy")
+    runner = make_runner(hook, max_iters=4)
+    latest = []
+
+    def validate(done):
+        scores = {1: 0.5, 2: 0.6, 3: 0.7, 4: 0.8}  # a new best at every validation
+        return {"val/accuracy": scores[done]}
+
+    def read_latest(*_):
+        latest.append(open(os.path.join(runner.work_dir, "latest_checkpoint")).read().strip())
+
+    runner.call_hook = _after(runner.call_hook, "after_val", read_latest)
+    run_iters(runner, validate=validate)
+    # at 1 and 3 the best is the newest state; at 2 and 4 iter_<n>.pth of that iteration wins
+    assert latest == ["best_val_accuracy_iter_1.pth", "iter_2.pth",
+                      "best_val_accuracy_iter_3.pth", "iter_4.pth"]
+    assert hook.best_file == "best_val_accuracy_iter_4.pth"
+
+
+def _after(call_hook, stage, fn):
+    def wrapped(name, **kwargs):
+        call_hook(name, **kwargs)
+        if name == stage:
+            fn()
+    return wrapped
+
+
 def test_best_replaces_previous_best(make_runner, run_iters):
     hook = CheckpointHook(save_best="val/loss", save_last=False)
     runner = make_runner(hook, max_iters=3)

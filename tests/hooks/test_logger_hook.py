@@ -19,8 +19,8 @@ from libai.registry import HOOKS
 from libai.utils.errors import BuildError, ConfigError
 
 
-def _rows(runner, folder="work_dir"):
-    """Training scalars live in the work dir; an eval-only run writes into its run folder."""
+def _rows(runner, folder="series_dir"):
+    """Training scalars live in the series' run folder; an eval-only run writes into its own."""
     with open(os.path.join(getattr(runner, folder), "scalars.jsonl")) as f:
         return [json.loads(line) for line in f]
 
@@ -155,7 +155,7 @@ def test_tensorboard_events(make_runner, run_iters):
         validate=lambda done: {"val/accuracy": 0.5} if done == 4 else None,
     )
     runner.call_hook("after_run")
-    acc = EventAccumulator(os.path.join(runner.work_dir, "tensorboard"))
+    acc = EventAccumulator(os.path.join(runner.series_dir, "tensorboard"))
     acc.Reload()
     loss = [(e.step, e.value) for e in acc.Scalars("train/loss")]
     assert loss == [(2, pytest.approx(0.5)), (4, pytest.approx(2.5))]
@@ -195,7 +195,7 @@ def test_backends_write_on_flush_checkpoint_and_close(make_runner, run_iters):
     runner = make_runner(hook, max_iters=8)
     runner.call_hook("before_run")
     run_iters(runner, n=4)
-    tb_dir = os.path.join(runner.work_dir, "tensorboard")
+    tb_dir = os.path.join(runner.series_dir, "tensorboard")
 
     def tb_steps():
         acc = EventAccumulator(tb_dir)

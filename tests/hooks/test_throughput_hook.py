@@ -116,7 +116,7 @@ def test_linear_flops_are_the_analytic_count_and_lines_show_throughput(tmp_path)
     assert hub.latest("train/samples_per_s") == pytest.approx(M / last, rel=1e-6)
     assert hub.latest("train/tflops") == pytest.approx(360 / last / 1e12, rel=1e-6)
     assert hub.latest("train/mfu") == pytest.approx(hub.latest("train/tflops") / 1e-3)
-    with open(os.path.join(runner.work_dir, "scalars.jsonl")) as f:
+    with open(os.path.join(runner.series_dir, "scalars.jsonl")) as f:
         rows = [json.loads(line) for line in f]
     assert [r["step"] for r in rows if "train/samples_per_s" in r] == [2, 4, 5]
     # counted once: after the first step the hook left the per-iteration stage it counted in

@@ -83,10 +83,8 @@ def tracked_run(tmp_path_factory):
         runner = Runner.from_cfg(cfg)
         runner.train()
         runner.test()
-        rows = []
-        for folder in (runner.work_dir, runner.log_dir):  # training's, then the test's scalars
-            with open(os.path.join(folder, "scalars.jsonl")) as f:
-                rows += [json.loads(line) for line in f]
+        with open(os.path.join(runner.series_dir, "scalars.jsonl")) as f:  # training, then test
+            rows = [json.loads(line) for line in f]
         yield runner, rows
 
 
@@ -98,7 +96,7 @@ def test_mlflow_holds_the_scalars_config_and_best_checkpoint(tracked_run):
     from mlflow.tracking import MlflowClient
 
     runner, rows = tracked_run
-    client = MlflowClient(Path(runner.work_dir, "mlruns").as_uri())
+    client = MlflowClient(Path(runner.series_dir, "mlruns").as_uri())
     exp = client.get_experiment_by_name("toy_trackers")
     (run,) = client.search_runs([exp.experiment_id])
     assert run.info.run_name == runner.timestamp and run.info.status == "FINISHED"
@@ -121,17 +119,16 @@ def test_mlflow_holds_the_scalars_config_and_best_checkpoint(tracked_run):
     assert float(tags["final/train/loss"]) == _series(rows, "train/loss")[-1][1]
     assert float(tags["final/val/accuracy"]) == _series(rows, "val/accuracy")[-1][1]
     assert float(tags["final/test/accuracy"]) == _series(rows, "test/accuracy")[-1][1]
-    assert os.listdir(os.path.join(runner.work_dir, "mlruns")) and not os.path.exists(
-        os.path.join(runner.log_dir, "mlruns"))  # the test went into the same store and run
-    with open(os.path.join(runner.work_dir, "mlflow_run.json")) as f:
+    assert os.listdir(os.path.join(runner.series_dir, "mlruns"))  # the test in the same store
+    with open(os.path.join(runner.series_dir, "mlflow_run.json")) as f:
         assert json.load(f)["run_id"] == run.info.run_id
 
 
 def test_wandb_offline_run_file_holds_history_config_and_summary(tracked_run):
     runner, rows = tracked_run
     # training, then the test: two offline folders of the same W&B run (wandb sync joins them)
-    train_dir, test_dir = sorted(glob.glob(os.path.join(runner.work_dir, "wandb", "offline-run-*")))
-    with open(os.path.join(runner.work_dir, "wandb_run.json")) as f:
+    train_dir, test_dir = sorted(glob.glob(os.path.join(runner.series_dir, "wandb", "offline-run-*")))
+    with open(os.path.join(runner.series_dir, "wandb_run.json")) as f:
         run_id = json.load(f)["id"]
     assert f"-{run_id}" in os.path.basename(train_dir) and f"-{run_id}" in test_dir
     history = _history(train_dir)
@@ -167,7 +164,7 @@ def test_tensorboard_histograms_of_weights_and_grads(tracked_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     runner, _ = tracked_run
-    acc = EventAccumulator(os.path.join(runner.work_dir, "tensorboard"),
+    acc = EventAccumulator(os.path.join(runner.series_dir, "tensorboard"),
                            size_guidance={"histograms": 0})
     acc.Reload()
     for name, p in runner.unwrapped_model.named_parameters():
@@ -269,7 +266,7 @@ def test_histogram_hook_with_tensorboard(make_runner, run_iters, tmp_path):
     runner.call_hook("before_run")
     run_iters(runner, step=True)
     runner.call_hook("after_run")
-    acc = EventAccumulator(os.path.join(runner.work_dir, "tensorboard"),
+    acc = EventAccumulator(os.path.join(runner.series_dir, "tensorboard"),
                            size_guidance={"histograms": 0})
     acc.Reload()
     assert sorted(acc.Tags()["histograms"]) == ["grads/weight", "weights/weight"]

@@ -257,15 +257,17 @@ def test_errors_name_the_problem():
         build_param_schedulers([dict(type="OneCycleLR", eta_max=[1, 2])], opt, max_iters=10)
 
 
-def test_a_window_after_the_end_of_training_warns_and_never_applies():
-    # a shortened run: --cfg-options train_cfg.max_iters=50 with a 100-iteration warm-up
+def test_a_window_after_the_end_of_training_is_one_line_with_the_key():
+    # a shortened run: --cfg-options train_cfg.max_iters=50 with an absolute 100-iteration warm-up
     opt = _sgd()
     cfg = [dict(type="LinearLR", start_factor=0.1, begin=0, end=100),
            dict(type="CosineAnnealingLR", begin=100)]
-    with pytest.warns(UserWarning, match="CosineAnnealingLR begins at iteration 100 but training "
-                                         "ends at 50: it never applies"):
-        scheds = build_param_schedulers(cfg, opt, max_iters=50)
-    assert [s.factor(49) for s in scheds] == [pytest.approx(0.1 + 0.9 * 49 / 99), 1.0]
+    with pytest.raises(ConfigError) as e:
+        build_param_schedulers(cfg, opt, max_iters=50)
+    assert str(e.value) == (
+        "param_scheduler.1.begin=100 iterations but training ends at 50 (train_cfg.max_iters): "
+        "CosineAnnealingLR would never apply. Lower param_scheduler.1.begin, or write it "
+        "relative to the run (a fraction such as 0.05, or dict(iters=100, at_most=0.1)).")
 
 
 def test_registry_names_and_pure_state_dict():

@@ -99,6 +99,12 @@ def real(tmp_path_factory):
     return dirs
 
 
+def training_scalars(work_dir):
+    from libai.utils.run_layout import training_scalars as find
+
+    return find(work_dir)
+
+
 def _one_error_line(capsys, tool, argv):
     with pytest.raises(SystemExit) as exc:
         run_cli(tool.main, argv)
@@ -119,7 +125,7 @@ def test_plot_curve_of_two_trainings(tool, real, tmp_path):
     for ax in axes:
         assert len(ax.get_lines()) == 2
         assert [t.get_text() for t in ax.get_legend().get_texts()] == ["lr0.1", "lr0.01"]
-    steps = [json.loads(line)["step"] for line in open(real[0] / "scalars.jsonl")
+    steps = [json.loads(line)["step"] for line in open(training_scalars(str(real[0])))
              if "train/loss" in line]
     assert list(axes[0].get_lines()[0].get_xdata()) == steps == [5, 10, 15, 20]
 
@@ -131,7 +137,7 @@ def test_times_and_summary_of_trainings(tool, real):
         assert t.iterations == 20 and 0 < t.fastest <= t.mean <= t.slowest
         assert 0 < t.data_time_share < 1 and t.total == pytest.approx(t.mean * 20)
     s = tool.summary(real)["lr0.1"]
-    rows = [json.loads(line) for line in open(real[0] / "scalars.jsonl")]
+    rows = [json.loads(line) for line in open(training_scalars(str(real[0])))]
     acc = [r["val/accuracy"] for r in rows if "val/accuracy" in r]
     assert s.metrics["val/accuracy"].last == acc[-1] and s.metrics["val/accuracy"].best == max(acc)
     assert s.metrics["test/accuracy"].last_step == 20  # from the run folder of the test

@@ -25,7 +25,9 @@ def run(*args, env=None):
 
 
 def val_accuracy(work):
-    rows = [json.loads(line) for line in open(os.path.join(work, "scalars.jsonl"))]
+    from libai.utils.run_layout import training_scalars
+
+    rows = [json.loads(line) for line in open(training_scalars(str(work)))]
     return [r["val/accuracy"] for r in rows if "val/accuracy" in r][-1]
 
 

@@ -48,8 +48,17 @@ def resolve_corpus(corpus: TextCorpus | Mapping[str, Any], owner: str) -> TextCo
         return corpus
     if isinstance(corpus, Mapping):
         from .sources import load_corpus  # imported here: it pulls in file readers
+        from .tokenizer import TOKENIZER_KINDS
 
-        return load_corpus(**corpus)
+        tokenizer, source = corpus.get("tokenizer"), corpus.get("source")
+        kind = tokenizer.get("type") if isinstance(tokenizer, Mapping) else None
+        if isinstance(tokenizer, Mapping) and kind not in TOKENIZER_KINDS:
+            raise ConfigError(f"{owner}: corpus.tokenizer.type={kind!r} is not one of "
+                              f"{', '.join(map(repr, TOKENIZER_KINDS))}.")
+        try:
+            return load_corpus(**corpus)
+        except (ConfigError, DataError) as e:  # say which corpus the message is about
+            raise type(e)(f"{owner}: corpus.source={source!r}: {e}") from e
     raise ConfigError(
         f"{owner}: corpus must be a TextCorpus or a dict of load_corpus arguments "
         f"(e.g. dict(source='shakespeare')), got {type(corpus).__name__}."

@@ -85,6 +85,10 @@ class SelfAttention(nn.Module):
                 f"{_nearest_divisor(hidden_size, num_heads)})")
         self.num_heads = num_heads
         self.head_dim = hidden_size // num_heads
+        if isinstance(attention_dropout, bool) or not isinstance(attention_dropout, (int, float)) \
+                or not 0 <= attention_dropout <= 1:  # SDPA would fail only in the first step
+            raise ValueError(f"attention_dropout={attention_dropout!r}: expected a probability "
+                             f"in [0, 1].")
         self.attention_dropout = attention_dropout
         self.q_proj = nn.Linear(hidden_size, hidden_size, bias=bias)
         self.k_proj = nn.Linear(hidden_size, hidden_size, bias=bias)

@@ -7,6 +7,14 @@ option)::
     value(t) = initial_value * product of factor(t) over the schedulers of that field
 
 ``factor(t)`` is 1.0 before ``begin`` and, from ``end`` on, stays at ``factor(end - 1)``.
+
+Positions (``begin``, ``end``) and durations may be written relative to the run, so that a run
+shortened or lengthened with ``--cfg-options train_cfg.max_iters=N`` keeps the shape of its
+schedule: a float in (0, 1] is that fraction of the run (``end=0.05``: the first 5%, at least one
+iteration), ``dict(iters=100, at_most=0.1)`` is 100 iterations but at most 10% of the run (a
+warm-up), and ``end=None`` or ``-1`` is the end of training. A window that the run ends before
+(``begin`` at or after ``max_iters``) is a one-line ConfigError naming both numbers and the key,
+unless it was written relative to the run: then it only never applies in a very short run.
 Schedulers hold no step counter, so resuming at iteration ``t`` is just ``apply(t)``. The
 initial value is read from the group the first time it is scheduled and kept in the group as
 ``initial_<param_name>``, so it is saved with the optimizer state. ``param_name="momentum"``
@@ -18,7 +26,7 @@ The ParamSchedulerHook calls :func:`apply_schedulers` before every training iter
 from __future__ import annotations
 
 import inspect
-import warnings
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,7 +38,14 @@ from libai.utils.suggest import did_you_mean
 
 from .._build import build_unwrapped
 
-__all__ = ["ParamScheduler", "apply_schedulers", "build_param_schedulers"]
+__all__ = [
+    "ParamScheduler",
+    "ScheduleFitError",
+    "apply_schedulers",
+    "build_param_schedulers",
+    "fraction_of_run",
+    "is_relative",
+]
 
 
 class ParamScheduler:
@@ -38,9 +53,11 @@ class ParamScheduler:
 
     Args:
         param_name: The optimizer group field to schedule. Defaults to "lr".
-        begin: First iteration (or epoch, if ``by_epoch``) of the window. Defaults to 0.
-        end: Iteration (or epoch) where the window ends, exclusive. Defaults to ``max_iters``
-            (the end of training; unbounded if that is unknown too).
+        begin: First iteration (or epoch, if ``by_epoch``) of the window, or a position
+            relative to the run (see the module docstring). Defaults to 0.
+        end: Iteration (or epoch) where the window ends, exclusive, or a relative position.
+            Defaults to None (or -1): ``max_iters``, the end of training (unbounded if that is
+            unknown too).
         by_epoch: Whether ``begin``, ``end`` and the scheduler's other durations are in epochs;
             they are converted to iterations with ``epoch_length``, and the value then changes
             every iteration. Defaults to False.
@@ -75,18 +92,14 @@ class ParamScheduler:
         self.param_name = param_name
         self.by_epoch = bool(by_epoch)
         self._epoch_length = epoch_length
+        self._max_iters = max_iters
         self.begin = self._to_iters(begin, "begin")
-        self.end = self._to_iters(end, "end") if end is not None else max_iters
-        if end is None and self.end is not None and self.end <= self.begin:
-            # A shortened run (max_iters below a shipped warm-up): the window that would run
-            # until the end of training starts after it, so it never acts. Training still works.
-            warnings.warn(
-                f"{type(self).__name__} begins at iteration {self.begin} but training ends at "
-                f"{self.end}: it never applies in this run. Lower its 'begin' (or the warm-up "
-                f"before it) to use it.",
-                stacklevel=2,
-            )
-            self.end = self.begin + 1
+        to_end = end is None or (end == -1 and not isinstance(end, bool))
+        self.end = max_iters if to_end else self._to_iters(end, "end")
+        if max_iters is not None and self.begin >= max_iters:
+            if not is_relative(begin):
+                raise ScheduleFitError(type(self).__name__, "begin", self.begin, max_iters)
+            self.end = self.begin + 1  # a relative window in a very short run: never applies
         if self.end is not None and self.end <= self.begin:
             raise ConfigError(
                 f"{type(self).__name__}: the window [begin, end) is empty (begin={self.begin}, "
@@ -106,17 +119,45 @@ class ParamScheduler:
         )
 
     def _to_iters(self, value: Any, name: str) -> int:
-        """Convert a duration or position given in the scheduler's unit to iterations."""
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ConfigError(f"{type(self).__name__}.{name} must be a number >= 0, got {value!r}.")
+        """Convert a duration or position given in the scheduler's unit, or relative to the
+        run (a fraction, or ``dict(iters=, at_most=)``), to iterations."""
+        if is_relative(value):
+            return self._relative(value, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                0 <= value < math.inf):
+            raise ConfigError(
+                f"{type(self).__name__}.{name} must be a number >= 0, a fraction of the run in "
+                f"(0, 1] or dict(iters=N, at_most=fraction), got {value!r}.")
         if self.by_epoch:
             return int(round(value * self._epoch_length))
         if value != int(value):
             raise ConfigError(
                 f"{type(self).__name__}.{name}={value!r} is a fraction of an iteration; use an "
-                f"integer, or by_epoch=True to give it in epochs."
+                f"integer, a fraction of the run in (0, 1], or by_epoch=True to give it in "
+                f"epochs."
             )
         return int(value)
+
+    def _relative(self, value: Any, name: str) -> int:
+        """Iterations of a position relative to the run (see the module docstring)."""
+        if self._max_iters is None:
+            raise ConfigError(
+                f"{type(self).__name__}.{name}={value!r} is relative to the run's length, which "
+                f"is unknown here: build it with build_param_schedulers(..., max_iters=...).")
+        if isinstance(value, Mapping):
+            unknown = sorted(set(value) - {"iters", "at_most"})
+            if unknown or "iters" not in value:
+                bad = unknown[0] if unknown else "iters"
+                raise ConfigError(
+                    f"{type(self).__name__}.{name}={dict(value)!r}: expected dict(iters=N, "
+                    f"at_most=fraction), N iterations but at most that fraction of the run."
+                    f"{did_you_mean(bad, ['iters', 'at_most']) if unknown else ''}")
+            try:
+                cap = fraction_of_run(value.get("at_most", 1.0), self._max_iters)
+            except ConfigError as e:  # say which key
+                raise ConfigError(f"{type(self).__name__}.{name}.at_most: {e}") from None
+            return min(self._to_iters(value["iters"], f"{name}.iters"), cap)
+        return fraction_of_run(value, self._max_iters)
 
     @property
     def length(self) -> int | None:
@@ -177,6 +218,34 @@ class ParamScheduler:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.state_dict().items())
         return f"{type(self).__name__}({args})"
+
+
+class ScheduleFitError(ConfigError):
+    """A window that begins at or after the end of training. :func:`build_param_schedulers`
+    words it with the scheduler's config key (``param_scheduler.1.begin``)."""
+
+    def __init__(self, name: str, field: str, value: int, max_iters: int, key: str = "") -> None:
+        self.args_ = (name, field, value, max_iters)
+        where = key or f"{name}.{field}"
+        super().__init__(
+            f"{where}={value} iterations but training ends at {max_iters} (train_cfg.max_iters): "
+            f"{name} would never apply. Lower {where}, or write it relative to the run "
+            f"(a fraction such as 0.05, or dict(iters={value}, at_most=0.1)).")
+
+
+def is_relative(value: Any) -> bool:
+    """Whether a position is written relative to the run: a float in (0, 1] or a dict."""
+    if isinstance(value, Mapping):
+        return True
+    return isinstance(value, float) and 0 < value <= 1
+
+
+def fraction_of_run(fraction: Any, max_iters: int) -> int:
+    """``fraction`` of ``max_iters`` iterations, rounded, and at least 1."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not (
+            0 < fraction <= 1):
+        raise ConfigError(f"A fraction of the run must be a number in (0, 1], got {fraction!r}.")
+    return max(1, round(fraction * max_iters))
 
 
 # ---------------------------------------------------------------------------- group fields
@@ -264,7 +333,10 @@ def build_param_schedulers(
         if isinstance(cfg, ParamScheduler):
             scheduler = cfg
         else:
-            scheduler = build_unwrapped(PARAM_SCHEDULERS, cfg, defaults, f"param_scheduler[{i}]")
+            try:
+                scheduler = build_unwrapped(PARAM_SCHEDULERS, cfg, defaults, f"param_scheduler[{i}]")
+            except ScheduleFitError as e:  # say which key to change
+                raise ScheduleFitError(*e.args_, key=f"param_scheduler.{i}.{e.args_[1]}") from None
         scheduler.check(optimizer.param_groups)
         schedulers.append(scheduler)
     return schedulers

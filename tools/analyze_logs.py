@@ -6,14 +6,13 @@
     python tools/analyze_logs.py summary RUN [RUN ...]
 
 A RUN is a work dir (``work_dirs/digits_mlp``) or one ``scalars.jsonl`` file. In a work dir,
-training and validation scalars are in ``WORK_DIR/scalars.jsonl`` (one series per work dir,
-continued by ``--resume``, restarted by a fresh run); the test results (the test after training,
-``tools/test.py``) are in the timestamped run folders, ``WORK_DIR/<YYYYmmdd_HHMMSS>/scalars.jsonl``.
-A work dir's scalars are both, the run folders read oldest first; run folders older than the
-current training (the newest fresh, not resumed, training run in the work dir, found from the run
-folders' logs) are left out, since their numbers belong to a training that was overwritten.
-Where two files give the same key at the same step, the newer wins. Work dirs of older libai
-versions, with everything in the run folders, read the same way.
+each run has a timestamped run folder, ``WORK_DIR/<YYYYmmdd_HHMMSS>/``: a fresh training writes its
+training, validation and test scalars into its own folder's ``scalars.jsonl``, a resumed training
+continues that file, and ``tools/test.py`` writes into its own folder. Given a work dir, the tool
+reads the newest training (the newest fresh, not resumed, training run, found from the run
+folders' logs) and the run folders after it, oldest first; older runs are left out with a note
+(pass their ``scalars.jsonl`` to read one of them). Where two files give the same key at the same
+step, the newer wins. Work dirs of older libai versions (``WORK_DIR/scalars.jsonl``) read too.
 
 From Python (run names default to the work dir's name)::
 
@@ -59,7 +58,8 @@ __all__ = [
 
 SCALARS = "scalars.jsonl"
 FORMATS = (".png", ".svg", ".pdf")
-_RUN_FOLDER = re.compile(r"^\d{8}_\d{6}$")  # the Runner's time.strftime("%Y%m%d_%H%M%S")
+# the Runner's time.strftime("%Y%m%d_%H%M%S"), "_2" ... for runs started in the same second
+_RUN_FOLDER = re.compile(r"^\d{8}_\d{6}(_\d+)?$")
 _DERIVED = re.compile(r"Derived: iterations per epoch (\d+)")
 _LOG_SCAN_LINES = 2000  # the start-up lines of a run log, where "Derived" and "Resumed" are
 
@@ -227,11 +227,12 @@ def _sources(path: str) -> tuple[list[str], int | None, list[str]]:
     files = [top] if os.path.isfile(top) else []
     files += [os.path.join(f, SCALARS) for f in folders if os.path.isfile(os.path.join(f, SCALARS))]
     if not files:
-        nested = sorted(n for n in os.listdir(path)
-                        if os.path.isfile(os.path.join(path, n, SCALARS)))
+        nested = sorted(n for n in os.listdir(path)  # work dirs: scalars in them or their runs
+                        if any(os.path.isfile(os.path.join(f, SCALARS))
+                               for f in [os.path.join(path, n), *_run_folders(os.path.join(path, n))]))
         hint = (f" It holds the work dirs {', '.join(nested)}: pass them "
                 f"(e.g. {os.path.join(path, nested[0])})." if nested else
-                f" Training writes WORK_DIR/{SCALARS}: is this a libai work dir?")
+                f" Training writes WORK_DIR/<run folder>/{SCALARS}: is this a libai work dir?")
         raise LogError(f"{path}: no {SCALARS} in it or in its run folders.{hint}")
     per_epoch = None
     for f in folders:

@@ -27,8 +27,8 @@ config (``+key`` adds one).
 Each trial is ``python tools/train.py CONFIG --work-dir STUDY_DIR/trial_N --cfg-options <fixed
 options> <the trial's values>``, a process of its own: a trial that crashes is recorded as
 FAIL with the last lines of its stderr (``STUDY_DIR/trial_N/stderr.txt`` has all of it) and the
-sweep goes on. The trial's value is its metric in ``trial_N/scalars.jsonl`` (and, for ``test/``
-metrics, its run folder's): the last value (``summary="last"``) or the best one
+sweep goes on. The trial's value is its metric in its run folder's scalars
+(``trial_N/<timestamp>/scalars.jsonl``): the last value (``summary="last"``) or the best one
 (``summary="best"``). ``--parallel N`` runs N trials at once
 (each with ``OMP_NUM_THREADS`` = CPU cores / N unless set).
 
@@ -628,8 +628,9 @@ def _tail(path: str, lines: int = STDERR_LINES) -> str:
 def read_metric(trial_dir: str, key: str, mode: str, summary: str) -> tuple[float, str | None]:
     """(value, None) from the trial's scalars.jsonl files, or (nan, why not).
 
-    Training and validation scalars are in ``trial_dir/scalars.jsonl``, the test after training
-    in the run folder's (``trial_dir/<timestamp>/scalars.jsonl``): both are read, in that order.
+    Training, validation and test scalars are in the run folder's
+    (``trial_dir/<timestamp>/scalars.jsonl``); ``trial_dir/scalars.jsonl`` of older libai versions
+    is read first, where there is one.
     """
     import glob
 

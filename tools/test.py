@@ -10,6 +10,7 @@ from libai.config import Config, add_cfg_options_argument
 from libai.runner import Runner
 from libai.utils.cli import run_cli
 from libai.utils.dist import destroy_dist
+from libai.utils.paths import check_output_path
 
 
 def parse_args(argv=None):
@@ -33,6 +34,7 @@ def main(argv=None):
     cfg.load_from = args.checkpoint
     cfg.resume = False
     if args.dump:
+        check_output_path(args.dump, "--dump")  # checked before the evaluation, not after it
         hooks = list(cfg.get("custom_hooks") or [])
         hooks.append(dict(type="DumpPredictionsHook", path=args.dump))
         cfg.custom_hooks = hooks

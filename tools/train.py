@@ -1,10 +1,15 @@
 """Train a model from a config file.
 
     python tools/train.py configs/digits_mlp.py [--work-dir DIR] [--amp] [--graph] [--resume [PATH]]
+        [--move-damaged]
         [--load-from PATH] [--fast-dev-run] [--cfg-options key=value ...] [--debug]
 
 Under torchrun (``torchrun --nproc_per_node 2 tools/train.py CONFIG``) each process trains one
 shard with DistributedDataParallel.
+
+Exit status: 0 done; 2 a mistake in the input (one line); 130 Ctrl-C; 128 + N stopped by signal N
+(143 SIGTERM, 138 SIGUSR1) once the checkpoint of the current iteration is written
+(docs/reliability.md).
 """
 
 import argparse
@@ -32,6 +37,9 @@ def parse_args(argv=None):
                         help="resume from the latest checkpoint in the work dir, or from PATH")
     parser.add_argument("--allow-changes", nargs="+", metavar="KEY", default=None,
                         help="on resume, accept these schedule changes (e.g. train_cfg.max_iters)")
+    parser.add_argument("--move-damaged", action="store_true",
+                        help="with --resume: if every checkpoint in the work dir is damaged, rename "
+                             "them to *.damaged (every byte kept) and start fresh instead of stopping")
     parser.add_argument("--load-from", metavar="PATH", help="load weights only (no resume)")
     parser.add_argument("--fast-dev-run", nargs="?", const=2, type=int, default=0, metavar="N",
                         help="run N (default 2) train iterations and eval batches; save nothing")
@@ -60,13 +68,20 @@ def main(argv=None):
         cfg.optim_wrapper = wrapper
     if args.resume is not None:
         cfg.resume = args.resume
-    if args.allow_changes:
-        cfg.resume_options = dict(allow_changes=args.allow_changes)
+    if args.allow_changes or args.move_damaged:
+        options = dict(cfg.get("resume_options") or {})
+        if args.allow_changes:
+            options["allow_changes"] = args.allow_changes
+        if args.move_damaged:
+            options["damaged"] = "rename"
+        cfg.resume_options = options
     if args.load_from:
         cfg.load_from = args.load_from
     runner = Runner.from_cfg(cfg, fast_dev_run=args.fast_dev_run)
+    # the test set is built before training: a mistake in it must not cost the whole run
+    test_loop = None if args.fast_dev_run else runner.test_loop
     runner.train()
-    if runner.test_loop is not None and not args.fast_dev_run:
+    if test_loop is not None:
         runner.test()
 
 

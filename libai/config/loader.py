@@ -212,9 +212,10 @@ def _read_data_file(path: Path) -> dict:
     except json.JSONDecodeError as e:
         raise ConfigError(
             f"invalid JSON in {path}, line {e.lineno} column {e.colno}: {e.msg}"
+            + _excerpt(text, e.lineno, e.colno)
         ) from e
     except yaml.YAMLError as e:
-        raise ConfigError(f"invalid YAML in {path}: {e}") from e
+        raise ConfigError(_yaml_message(e, path, text)) from e
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -223,6 +224,29 @@ def _read_data_file(path: Path) -> dict:
             f"got {type(data).__name__}"
         )
     return data
+
+
+def _excerpt(text: str, line: int, column: int) -> str:
+    """The offending line and a caret under ``column`` (both 1-based), or "" past the end."""
+    lines = text.splitlines()
+    if not 1 <= line <= len(lines):
+        return ""
+    source = lines[line - 1].rstrip()[:200]
+    return f"\n  {source}\n  {' ' * (max(column, 1) - 1)}^"
+
+
+def _yaml_message(e: yaml.YAMLError, path: Path, text: str) -> str:
+    """At most three lines: the file, line, column and problem; the line; a caret."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    problem = getattr(e, "problem", None) or getattr(e, "context", None) or str(e).splitlines()[0]
+    context = getattr(e, "context", None)
+    if mark is None:
+        return f"invalid YAML in {path}: {problem}"
+    if context and context != problem and getattr(e, "context_mark", None) is not None:
+        cm = e.context_mark
+        problem += f" ({context} at line {cm.line + 1} column {cm.column + 1})"
+    return (f"invalid YAML in {path}, line {mark.line + 1} column {mark.column + 1}: {problem}"
+            + _excerpt(text, mark.line + 1, mark.column + 1))
 
 
 def _substitute(value: Any, base: ConfigDict | None, path: Path, where: str) -> Any:

@@ -1,6 +1,7 @@
 """Dotted key paths and ``--cfg-options`` overrides.
 
-A key path names a value inside a config: ``optim.lr``, ``hooks.0.interval`` (list index).
+A key path names a value inside a config: ``optim_wrapper.optimizer.lr``,
+``param_scheduler.0.end`` (list index).
 Overrides are strict: ``a.b=1`` only replaces a value that exists, so a typo is an error with a
 suggestion instead of a silently ignored new key. ``+a.b=1`` adds a key on purpose (and the
 dicts leading to it).
@@ -166,7 +167,8 @@ def parse_options(options: Sequence[str] | Mapping[str, Any] | None) -> list[tup
     for item in options:
         key, sep, text = str(item).partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"bad config option '{item}': expected KEY=VALUE, e.g. optim.lr=0.1")
+            raise ConfigError(f"bad config option '{item}': expected KEY=VALUE, e.g. "
+                              f"optim_wrapper.optimizer.lr=0.01")
         out.append((key.strip(), parse_value(text)))
     return out
 
@@ -226,7 +228,8 @@ def add_cfg_options_argument(
         action=DictAction,
         default=None,
         metavar="KEY=VALUE",
-        help="override config values, e.g. optim.lr=0.1 hooks.0.interval=5 model.dims=[64,32]. "
+        help="override config values, e.g. optim_wrapper.optimizer.lr=0.01 param_scheduler.0.end=50 "
+        "train_cfg.max_iters=500 default_hooks.logger.interval=10. "
         "Values are Python literals (else strings). A key that does not exist is an error; "
         "'+key=value' adds a new key.",
     )

@@ -24,6 +24,8 @@ from typing import Any
 from libai.utils.errors import BuildError, RegistryError
 from libai.utils.suggest import did_you_mean
 
+from .diagnose import check_annotated_kinds, explain_failure
+
 __all__ = ["Registry", "build_from_cfg"]
 
 # Config paths of the dicts being built right now, innermost last, so that a constructor that
@@ -157,12 +159,22 @@ class Registry:
             reg = reg.parent
         return None
 
-    def get(self, name: str | Any) -> Any:
+    def get(self, name: str | Any, path: str | None = None) -> Any:
         """Return the class or function registered as ``name`` (a name or a dotted import path).
+
+        Args:
+            name: A registered name, a dotted import path, or the class itself.
+            path: The config path of the dict whose ``type`` this is, for the message.
+                Defaults to None.
 
         Raises:
             RegistryError: naming the registry, the scopes searched and the closest names.
         """
+        if path is not None:
+            try:
+                return self.get(name)
+            except RegistryError as e:
+                raise RegistryError(f"{path}.type={name!r}: {e}") from e
         if not isinstance(name, str):
             if callable(name):
                 return name
@@ -301,15 +313,19 @@ def build_from_cfg(
     for k, v in (default_args or {}).items():
         if k != "type":
             args.setdefault(k, v)
-    obj_cls = registry.get(obj_type)
+    obj_cls = registry.get(obj_type, path=path)
     _check_signature(obj_cls, args, path)
+    check_annotated_kinds(obj_cls, args, path)
     _stack().append((path, cfg))
     try:
         return obj_cls(**args)
     except (BuildError, RegistryError):
         raise
     except Exception as e:
-        raise BuildError(f"Building '{path}' ({_name(obj_cls)}) failed: {type(e).__name__}: {e}") from e
+        error = explain_failure(e, obj_cls, args, path)
+        if error is None:  # not what a bad value causes: a bug, keep its traceback
+            raise
+        raise error from e
     finally:
         _stack().pop()
 

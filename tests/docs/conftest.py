@@ -7,13 +7,16 @@ another), and has a skip directive written as an HTML comment that GitHub does n
 pytest-markdown-docs runs Python blocks only; pytest-codeblocks runs Python and shell but has
 no hook for our own output comparison (figures within a tolerance) or for in-process tools.
 
-The rules (doc_blocks.py has the details):
+The rules (doc_blocks.py and shell_blocks.py have the details):
 
 - ``python``: a ``>>>`` session is a doctest; a block headed ``# path/file.py`` is written to that
-  file (a config is loaded and checked, a module only compiled; a later block uses it); a block
-  assigning ``_base_`` is loaded as a config, one made only of top-level config keys is checked as
-  a fragment on top of configs/digits_mlp.py; anything else is executed.
-- ``bash``/``shell``: each command must exit with status 0.
+  file (a config is loaded and checked, a module only compiled; a later block uses it), and one
+  headed with a file of the repository must show it as it is; a block assigning ``_base_`` is
+  loaded as a config, one made only of top-level config keys is checked as a fragment on top of
+  configs/digits_mlp.py; anything else is executed. A doctest's output may use ``~X``/``X±T``.
+- ``bash``/``shell``: each command must exit with status 0. ``python tools/X.py ...`` runs in this
+  process (as ``python`` would run it), which saves a torch import per command; other commands go
+  to bash; ``pip install`` is refused (it needs the network: mark the block skipped).
 - ``console``: ``$ command`` lines, each followed by the output it shows, compared with whitespace
   collapsed; ``...`` is any text, ``~X`` a figure within 10%, ``X±T`` one within T.
 - ``yaml``/``json``: parsed; headed ``# name.yaml`` they are written for later blocks.
@@ -27,33 +30,25 @@ working directory, so nothing is written into the repository.
 
 from pathlib import Path
 
-import pytest
-from doc_blocks import REPO, parsers, setup_sandbox, teardown_sandbox
+from doc_blocks import parsers, setup_sandbox, teardown_sandbox
 from sybil import Sybil
 from sybil.integration.pytest import SybilFile
 
-DOCS = Sybil(parsers=parsers(), patterns=["*.md"], setup=setup_sandbox,
-             teardown=teardown_sandbox, name="docs")
+# README.md and pages/ (docs/) are links here: pytest visits only testpaths (tests/), and a link
+# covers a new page in docs/ without a line to add.
+HERE = Path(__file__).parent
+DOCS = Sybil(parsers=parsers(), setup=setup_sandbox, teardown=teardown_sandbox, name="docs")
 
 
-def documents() -> list[Path]:
-    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-
-
-class _DocsDir(pytest.Dir):
-    """tests/docs: its own test modules, then README.md and docs/*.md (which pytest would not
-    visit: they are outside testpaths)."""
-
-    def collect(self):
-        yield from super().collect()
-        for path in documents():
-            yield SybilFile.from_parent(self, path=path, sybils=[DOCS])
-
-
-def pytest_collect_directory(path, parent):
-    if path == Path(__file__).parent:
-        return _DocsDir.from_parent(parent, path=path)
+def pytest_collect_file(file_path, parent):
+    if file_path.suffix == ".md" and file_path.parent in (HERE, HERE / "pages"):
+        return SybilFile.from_parent(parent, path=file_path, sybils=[DOCS])
     return None
+
+
+# A page's blocks share a namespace and a sandbox, so one xdist worker runs them in order:
+# pyproject.toml's addopts has --dist loadfile (a page is one file). (loadgroup with xdist_group
+# marks did not keep them together with pytest-xdist 3.8.)
 
 
 def pytest_terminal_summary(terminalreporter):

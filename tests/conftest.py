@@ -56,3 +56,15 @@ def libai_log():
     logger.removeHandler(handler)
     logger.setLevel(old_level)
 
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test: tiny models, where OpenMP threads only wait for each
+    other."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+

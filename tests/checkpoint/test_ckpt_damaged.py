@@ -26,13 +26,7 @@ from libai.runner import Runner
 from libai.testing import toy_config
 from libai.utils.errors import CheckpointError
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: OpenMP threads only wait for each other
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from libai.config import Config
 from libai.runner import Runner
@@ -171,12 +170,7 @@ def run_case(tree: dict, path: str, value: Any, work_dir: Path) -> str | None:
             handler.close()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: OpenMP threads only wait for each other
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 CASES = plan()

@@ -350,6 +350,9 @@ class LoggerHook(Hook):
         if self.plot != "wait":  # drawn by a process of its own: the run ends without waiting
             log_file = _log_file(runner)
             script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_plots.py")
+            again = self.plot_process is not None  # the test after training: draw with its rows
+            if again and self.plot_process.poll() is None:
+                self.plot_process.terminate()  # superseded; its PNGs are written atomically
             try:
                 self.plot_process = subprocess.Popen(
                     [sys.executable, script, jsonl.path, out_dir, *([log_file] if log_file else [])],
@@ -358,8 +361,10 @@ class LoggerHook(Hook):
             except OSError as e:
                 runner.logger.warning(f"LoggerHook: could not start the plot process ({e}).")
                 return
-            runner.logger.info(f"Plots of the scalars: drawing {os.path.join(out_dir, 'overview.png')} "
-                               f"and one PNG per scalar in the background.")
+            if not again:
+                runner.logger.info(
+                    f"Plots of the scalars: drawing {os.path.join(out_dir, 'overview.png')} and "
+                    f"one PNG per scalar in the background.")
             return
         from ._plots import plot_scalars, saved_message
 

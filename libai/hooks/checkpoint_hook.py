@@ -131,6 +131,10 @@ class CheckpointHook(Hook):
             return False
         return (count - self.save_begin) % self.interval == 0
 
+    def monitored_metrics(self) -> list[str]:
+        """The validation metric this hook reads: the runner looks it up before training."""
+        return [self.save_best] if self.save_best not in (None, "auto") else []
+
     def before_train(self, runner: Any) -> None:
         self._training = True
         # the state we start from is either the initial one or the checkpoint we resumed from

@@ -78,6 +78,10 @@ class EarlyStoppingHook(Hook):
         self._training = False
         self._warned_missing = False
 
+    def monitored_metrics(self) -> list[str]:
+        """The metric this hook must find (strict=True): the runner looks it up before training."""
+        return [self.monitor] if self.strict else []
+
     def before_train(self, runner: Any) -> None:
         self._training = True
 

@@ -85,6 +85,7 @@ class OptunaPruningHook(Hook):
         self._warned_missing = False
 
     # ------------------------------------------------------------------------ lifecycle
+
     def before_train(self, runner: Any) -> None:
         self._training = True
         if self._trial is None:

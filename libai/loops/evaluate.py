@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -12,7 +13,7 @@ from libai.utils.signals import StopRequested
 
 from .base import BaseLoop
 
-__all__ = ["ValLoop", "TestLoop"]
+__all__ = ["ValLoop", "TestLoop", "metric_names_of"]
 
 
 class _EvalLoop(BaseLoop):
@@ -79,6 +80,34 @@ class _EvalLoop(BaseLoop):
             metrics[prefix + "loss"] = all_reduce_mean({"loss": (loss_sum / loss_batches).item()})["loss"]
         runner.call_hook(f"after_{stage}_epoch", metrics=metrics)
         return metrics
+
+
+def metric_names_of(loop: _EvalLoop, batches: int = 2) -> list[str]:
+    """The names the loop's metrics produce, from ``batches`` batches of each set: no hook is
+    called and nothing is logged (the runner looks up the metrics hooks watch before training)."""
+    runner, names = loop.runner, []
+    was_training = runner.model.training
+    runner.model.eval()
+    try:
+        for name, (loader, evaluator) in loop.sets.items():
+            count, has_loss = 0, False
+            with torch.no_grad():
+                for idx, batch in enumerate(loader):
+                    if idx >= batches:
+                        break
+                    outputs = runner.run_eval_step(batch)
+                    evaluator.process(batch, outputs)
+                    count += len(next(iter(batch.values()))) if isinstance(batch, dict) else 1
+                    has_loss = isinstance(outputs, dict) and isinstance(outputs.get("loss"),
+                                                                        torch.Tensor)
+            prefix = f"{loop.stage}/{name}/" if name else f"{loop.stage}/"
+            with warnings.catch_warnings():  # fewer results than the set holds: on purpose
+                warnings.simplefilter("ignore", RuntimeWarning)
+                results = evaluator.evaluate(min(len(loader.dataset), count * runner.world_size))
+            names += [prefix + k for k in results] + ([prefix + "loss"] if has_loss else [])
+    finally:
+        runner.model.train(was_training)
+    return names
 
 
 def _drop_partial_results(evaluator: Any) -> None:

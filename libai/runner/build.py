@@ -200,6 +200,14 @@ def build_eval_sets(loader_cfg: Any, evaluator_cfg: Any, stage: str, build_one: 
                 _named(f"{stage}_evaluator", build_evaluator, evaluator_cfg))
     loaders = {name: build_one(c, f"{stage}_dataloader.{name}") for name, c in loader_cfg.items()}
     per_set = isinstance(evaluator_cfg, dict) and set(evaluator_cfg) == set(loaders)
+    if isinstance(evaluator_cfg, dict) and not per_set and "type" not in evaluator_cfg:
+        unknown = sorted(set(evaluator_cfg) - set(loaders))
+        missing = sorted(set(loaders) - set(evaluator_cfg))
+        hint = did_you_mean(unknown[0], missing) if unknown and missing else ""
+        raise ConfigError(
+            f"{stage}_evaluator names sets {sorted(evaluator_cfg)} but {stage}_dataloader has "
+            f"{sorted(loaders)}: give one evaluator per set under the same names, or one "
+            f"evaluator (dict(type=...)) for every set.{hint}")
     evaluators = {
         name: _named(f"{stage}_evaluator" + (f".{name}" if per_set else ""), build_evaluator,
                      evaluator_cfg[name] if per_set else evaluator_cfg)

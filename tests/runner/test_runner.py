@@ -7,7 +7,7 @@ from torch.utils.data import DataLoader
 from libai.config import Config
 from libai.data import DefaultSampler
 from libai.hooks import Hook
-from libai.registry import HOOKS, LOOPS
+from libai.registry import DATASETS, HOOKS, LOOPS
 from libai.runner import Runner
 from libai.testing import ToyDataset, ToyModel, toy_config
 from libai.utils.errors import (
@@ -379,3 +379,43 @@ def test_model_and_data_must_agree_on_vocabulary_and_length(tmp_path):
                                           "max_position_embeddings=32"):
         _ = runner.train_loop
     assert make(tmp_path, model=TextLikeModel(100, 64), train_dataloader=loader()).train_loop
+
+
+def test_a_watched_metric_is_looked_up_before_training(tmp_path):
+    # a typo in save_best used to surface at the first validation, after a training interval
+    hooks = dict(QUIET, checkpoint=dict(interval=10, save_best="val/acuracy", rule="greater"))
+    runner = make(tmp_path / "typo", default_hooks=hooks)
+    with pytest.raises(ConfigError) as e:
+        runner.train()
+    assert "checked before training" in str(e.value) and "Did you mean 'val/accuracy'" in str(e.value)
+    assert runner.iter == 0 and not any(f.endswith(".pth") for f in os.listdir(tmp_path / "typo"))
+    # the look-up changes no number of the run: its RNG states are put back (here the
+    # validation data draws noise from the global RNG, and dropout draws from it in training)
+    @DATASETS.register_module(force=True)
+    class NoisyValDataset(torch.utils.data.Dataset):
+        def __len__(self):
+            return 16
+
+        def __getitem__(self, i):
+            return {"inputs": torch.randn(8), "labels": torch.tensor(i % 2)}
+
+    parts = dict(model=dict(type="DigitsMLP", in_features=8, hidden=16, num_classes=2,
+                            dropout=0.5),
+                 val_dataloader=dict(dataset=dict(type="NoisyValDataset")))
+    watched = make(tmp_path / "a", **parts, default_hooks=dict(QUIET, checkpoint=dict(
+        interval=10, save_best="val/accuracy"))).train().state_dict()
+    plain = make(tmp_path / "b", **parts, default_hooks=dict(QUIET, checkpoint=dict(
+        interval=10, save_best="auto"))).train().state_dict()
+    for key in plain:
+        assert torch.equal(watched[key], plain[key]), key
+
+
+def test_evaluators_named_unlike_the_sets_are_one_line():
+    from libai.runner.build import build_eval_sets
+
+    loaders = dict(clean=dict(dataset=dict()), shifted=dict(dataset=dict()))
+    evaluators = dict(clean=dict(type="Accuracy"), shiftd=dict(type="Accuracy"))
+    with pytest.raises(ConfigError) as e:
+        build_eval_sets(loaders, evaluators, "val", lambda cfg, path: object())
+    assert "val_evaluator names sets ['clean', 'shiftd'] but val_dataloader has ['clean', " \
+           "'shifted']" in str(e.value) and "Did you mean 'shifted'?" in str(e.value)

@@ -23,57 +23,14 @@ from torch import nn
 
 from libai.registry import OPTIM_WRAPPERS
 from libai.utils.errors import CheckpointError, ConfigError
-from libai.utils.suggest import did_you_mean
 
-from .clip import clip_grad_norm_
+from .clip import clip_grad_norm_, parse_clip_grad
 
 _NO_CONTEXT = nullcontext()
 _TORCH_ZERO_GRAD = torch.optim.Optimizer.zero_grad
 _profiler_enabled = torch._C._autograd._profiler_enabled
 
 __all__ = ["OptimWrapper"]
-
-_CLIP_ARGS = {
-    "norm": ("max_norm", {"max_norm", "norm_type", "error_if_nonfinite", "foreach"}),
-    "value": ("clip_value", {"clip_value", "foreach"}),
-}
-
-
-def _parse_clip_grad(clip_grad: Mapping | None) -> tuple[str, dict[str, Any]] | None:
-    """Check ``clip_grad`` and return ``(kind, kwargs for the torch clip function)`` or None."""
-    if clip_grad is None or (isinstance(clip_grad, Mapping) and not clip_grad):
-        return None
-    if not isinstance(clip_grad, Mapping):
-        raise ConfigError(
-            f"optim_wrapper.clip_grad must be a dict such as dict(type='norm', max_norm=1.0), "
-            f"got {type(clip_grad).__name__} {clip_grad!r}."
-        )
-    args = dict(clip_grad)
-    kind = args.pop("type", "norm")
-    if not isinstance(kind, str) or kind not in _CLIP_ARGS:
-        raise ConfigError(
-            f"optim_wrapper.clip_grad.type={kind!r} is not a clipping method."
-            f"{did_you_mean(str(kind), _CLIP_ARGS)} Use dict(type='norm', max_norm=1.0) to "
-            f"clip the total gradient norm, or dict(type='value', clip_value=0.5) to clip each "
-            f"gradient element."
-        )
-    required, allowed = _CLIP_ARGS[kind]
-    for key in args:
-        if key not in allowed:
-            raise ConfigError(
-                f"optim_wrapper.clip_grad has an unknown key {key!r} for type={kind!r}."
-                f"{did_you_mean(key, allowed)} Valid keys: {', '.join(sorted(allowed))}."
-            )
-    if required not in args:
-        raise ConfigError(
-            f"optim_wrapper.clip_grad with type={kind!r} needs {required!r}, "
-            f"e.g. dict(type={kind!r}, {required}=1.0)."
-        )
-    for key, value in args.items():  # torch would fail on them only at the first step
-        if key in ("max_norm", "norm_type", "clip_value") and value != "inf" and (
-                isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-            raise ConfigError(f"optim_wrapper.clip_grad.{key}={value!r}: expected a number >= 0.")
-    return kind, args
 
 
 def _zero_grad(optimizer: torch.optim.Optimizer, set_to_none: bool = True) -> None:
@@ -130,7 +87,7 @@ class OptimWrapper:
             )
         self.optimizer = optimizer
         self.accumulative_counts = _check_count("accumulative_counts", accumulative_counts, 1)
-        self._clip = _parse_clip_grad(clip_grad)
+        self._clip = parse_clip_grad(clip_grad)
         self._inner_count = 0  # update_params calls so far, over the whole run
         self._max_counts: int | None = None
         self._restored_grads_at: int | None = None

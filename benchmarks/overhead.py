@@ -53,6 +53,7 @@ from libai.hooks import LoggerHook
 from libai.hooks.log_backends import BaseLogBackend
 from libai.runner import Runner
 from libai.testing import ToyDataset, ToyModel
+from libai.utils.run_layout import wait_for_plots
 
 SEED, BATCH, SAMPLES = 0, 16, 512
 MODEL = dict(in_features=16, num_classes=4, hidden=32)
@@ -276,6 +277,8 @@ def whole_process(iters: int, rounds: int) -> tuple[list[float], list[float], li
                 seconds, mib = _run_child(cmds[which])
                 (plain_t if which == "plain" else libai_t).append(seconds)
                 (plain_m if which == "plain" else libai_m).append(mib)
+        for i in range(rounds):  # the plots, drawn after each run exits, before d is removed
+            wait_for_plots(os.path.join(d, f"work{i}"))
         plain_state = torch.load(os.path.join(d, "plain.pth"))["state_dict"]
         libai_state = torch.load(os.path.join(work, f"iter_{iters}.pth"))["state_dict"]
         same = all(torch.equal(plain_state[k], libai_state[k]) for k in plain_state)

@@ -23,7 +23,8 @@ import os
 import re
 import time
 
-__all__ = ["RUN_FOLDER", "SCALARS", "new_run_folder", "run_folders", "training_scalars"]
+__all__ = ["RUN_FOLDER", "SCALARS", "new_run_folder", "run_folders", "training_scalars",
+           "wait_for_plots"]
 
 #: A run folder's name: the start time (``time.strftime("%Y%m%d_%H%M%S")``), ``_2`` and so on
 #: for runs started in the same second.
@@ -86,3 +87,28 @@ def training_scalars(work_dir: str) -> str | None:
         if isinstance(row, dict) and any(str(k).startswith("train/") for k in row):
             return path
     return None
+
+
+def wait_for_plots(work_dir: str, timeout: float = 120.0) -> None:
+    """Wait until the background plot processes of every run in ``work_dir`` are done.
+
+    The LoggerHook draws the plots in a process that outlives the run; each appends one line
+    ("Saved overview.png ..." or "could not draw the plots") to the log of the run that started
+    it. A script that deletes or archives the work dir right after training waits here first.
+    Raises ``TimeoutError`` after ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    for folder in run_folders(work_dir):
+        log = os.path.join(folder, os.path.basename(folder) + ".log")
+        while True:
+            try:
+                with open(log, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError:
+                break
+            done = text.count("Saved overview.png") + text.count("could not draw the plots")
+            if done >= text.count("Plots of the scalars: drawing"):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the plots of {folder} were unfinished after {timeout:g} s")
+            time.sleep(0.1)

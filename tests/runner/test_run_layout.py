@@ -8,11 +8,10 @@ import json
 import os
 import re
 import shlex
-import time
 
 import pytest
 
-from libai.utils.run_layout import RUN_FOLDER, run_folders
+from libai.utils.run_layout import RUN_FOLDER, run_folders, wait_for_plots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC = os.path.join(ROOT, "docs", "getting_started.md")
@@ -46,9 +45,9 @@ def _real_paths(work, rename):
         rel = os.path.relpath(root, work)
         prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
         out += [prefix + d + "/" for d in dirs] + [prefix + f for f in files]
-    for real, doc in rename.items():
-        out = [p.replace(real, doc) for p in out]
-    return sorted(out)
+    # whole names only: "20240101_120000" must not rename the start of "20240101_120000_2"
+    names = {**rename, **{real + ".log": doc + ".log" for real, doc in rename.items()}}
+    return sorted("/".join(names.get(part, part) for part in p.split("/")) for p in out)
 
 
 def _matches(path, pattern):
@@ -63,20 +62,6 @@ def _train_main():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.main
-
-
-def _wait_for_plots(work, timeout=120):
-    """The plots come from background processes (one after training, one after the test);
-    each appends 'Saved overview.png' to the log of the run that started it."""
-    deadline = time.monotonic() + timeout
-    for folder in run_folders(work):
-        log = os.path.join(folder, os.path.basename(folder) + ".log")
-        while True:
-            text = open(log, encoding="utf-8").read()
-            if text.count("Saved overview.png") >= text.count("Plots of the scalars: drawing"):
-                break
-            assert time.monotonic() < deadline, f"plots unfinished after {timeout} s: {log}"
-            time.sleep(0.1)
 
 
 def _snapshot(work):
@@ -99,7 +84,7 @@ def test_layout_after_two_runs_and_a_resume_is_the_documented_one(tmp_path, monk
     for argv in commands:
         assert argv[:2] == ["python", "tools/train.py"], argv
         main([a.replace(DOC_WORK, work) for a in argv[2:]])
-    _wait_for_plots(work)
+    wait_for_plots(work)
 
     doc_paths = _doc_paths(listing)
     doc_runs = [p[:-1] for p in doc_paths if p.endswith("/") and RUN_FOLDER.match(p[:-1])]

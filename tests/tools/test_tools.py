@@ -5,10 +5,11 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
+
+from libai.utils.run_layout import wait_for_plots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QUICK = os.path.join(ROOT, "configs", "digits_mlp.py")
@@ -45,10 +46,7 @@ def test_train_writes_logs_checkpoints_and_tensorboard(trained):
     events.Reload()
     assert [e.step for e in events.Scalars("train/loss")] == [50, 100, 150, 200, 250, 300]
     assert "drawing" in log and "in the background" in log
-    for _ in range(600):  # the plots come from a background process, a second or so later
-        if "Saved overview.png" in (run_dir / f"{run_dir.name}.log").read_text():
-            break
-        time.sleep(0.1)
+    wait_for_plots(str(work))  # the plots come from a background process, a second or so later
     assert os.path.getsize(run_dir / "plots" / "loss.png") > 1000
     assert os.path.getsize(run_dir / "plots" / "overview.png") > 1000
 

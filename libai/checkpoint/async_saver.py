@@ -59,6 +59,7 @@ class AsyncCheckpointSaver:
         state: dict[str, Any],
         path: str | os.PathLike,
         on_done: Callable[[Path], None] | None = None,
+        prepare: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         """Start saving ``state`` to ``path``; returns once the tensors are copied to CPU.
 
@@ -68,6 +69,9 @@ class AsyncCheckpointSaver:
             on_done: Called in the background thread with the path after the file and its
                 manifest are complete (e.g. to update the latest pointer and prune old files).
                 Defaults to None.
+            prepare: Called in the background thread with the host copy of ``state`` before
+                the write; it may wait for other work and add entries (the listing of a sharded
+                checkpoint's folder, once its shards are written). Defaults to None.
 
         Raises:
             CheckpointError: The saver is closed, the previous background save failed, or
@@ -79,16 +83,17 @@ class AsyncCheckpointSaver:
         host_state = copy_state_to_host(state)
         self._thread = threading.Thread(
             target=self._run,
-            args=(host_state, Path(path), on_done),
+            args=(host_state, Path(path), on_done, prepare),
             name="libai-checkpoint-save",
             daemon=False,
         )
         self._thread.start()
 
-    def _run(
-        self, state: dict[str, Any], path: Path, on_done: Callable[[Path], None] | None
-    ) -> None:
+    def _run(self, state: dict[str, Any], path: Path, on_done: Callable[[Path], None] | None,
+             prepare: Callable[[dict[str, Any]], None] | None) -> None:
         try:
+            if prepare is not None:
+                prepare(state)
             write_checked_state(state, path)
             if on_done is not None:
                 on_done(path)

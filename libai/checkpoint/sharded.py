@@ -34,8 +34,8 @@ from libai.utils.errors import CheckpointError
 
 from ._fs import fsync_dir
 
-__all__ = ["SHARDED_SUFFIX", "is_sharded_model", "sharded_folder", "save_sharded",
-           "check_sharded", "load_sharded", "load_full_into_sharded", "save_weights_sharded",
+__all__ = ["SHARDED_SUFFIX", "PendingShards", "is_sharded_model", "sharded_folder",
+           "save_sharded", "check_sharded", "load_sharded", "load_full_into_sharded", "save_weights_sharded",
            "group_settings", "restore_group_settings"]
 
 SHARDED_SUFFIX = ".dcp"
@@ -62,22 +62,29 @@ def _states(model: nn.Module, optimizer: torch.optim.Optimizer | None,
     state: dict[str, Any] = {"model": get_model_state_dict(model)}
     if optimizer is not None:
         state["optimizer"] = get_optimizer_state_dict(model, optimizer)
-    if with_grads:
-        state["grads"] = {name: p.grad if p.grad is not None else torch.zeros_like(p)
+    if with_grads:  # copies: FSDP2's gradients are views that async_save cannot stage
+        state["grads"] = {name: p.grad.clone() if p.grad is not None else torch.zeros_like(p)
                           for name, p in model.named_parameters() if p.requires_grad}
     return state
 
 
 def save_sharded(path: str | os.PathLike, model: nn.Module,
-                 optimizer: torch.optim.Optimizer | None, with_grads: bool = False) -> dict:
-    """Write the shards of checkpoint ``path`` (every rank calls this); returns the listing that
-    rank 0 puts into ``path``'s state as ``state["sharded"]``.
+                 optimizer: torch.optim.Optimizer | None, with_grads: bool = False,
+                 asynchronous: bool = False) -> PendingShards:
+    """Write the shards of checkpoint ``path`` (every rank calls this).
 
     Args:
         path: The checkpoint file (``work_dir/iter_N.pth``); the folder goes next to it.
         model: The sharded model.
         optimizer: Its optimizer, or None.
         with_grads: Save the gradients too (inside an accumulation window).
+        asynchronous: Return once the shards are copied to host memory
+            (``torch.distributed.checkpoint.async_save``); the files are written by a background
+            thread, whose collectives run on a process group of their own, never the training's.
+
+    Returns:
+        The save, done or in flight: :meth:`PendingShards.result` waits for it and gives the
+        listing that rank 0 puts into ``path``'s state as ``state["sharded"]``.
     """
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -88,24 +95,77 @@ def save_sharded(path: str | os.PathLike, model: nn.Module,
     if main and tmp.exists():
         shutil.rmtree(tmp)  # our own unfinished write from a run that died: never complete
     _barrier()
-    dcp.save(_states(model, optimizer, with_grads), checkpoint_id=str(tmp),
-             no_dist=not _distributed())
+    state = _states(model, optimizer, with_grads)
+    if asynchronous:
+        future = dcp.async_save(state, checkpoint_id=str(tmp), process_group=_async_group(),
+                                no_dist=not _distributed())
+        return PendingShards(future, tmp, with_grads)
+    dcp.save(state, checkpoint_id=str(tmp), no_dist=not _distributed())
     _barrier()
-    listing = {}
-    if main:
-        listing = {f.name: f.stat().st_size for f in sorted(tmp.iterdir())}
-        if folder.exists():  # the same iteration saved again: the older folder is superseded
-            old = folder.with_name(folder.name + ".old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.rename(folder, old)
-            os.rename(tmp, folder)
-            shutil.rmtree(old)
-        else:
-            os.rename(tmp, folder)
-        fsync_dir(folder.parent)
+    pending = PendingShards(None, tmp, with_grads)
+    pending.result()  # rank 0 moves the folder into place
     _barrier()
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    return {"folder": folder.name, "files": listing, "world_size": world, "grads": with_grads}
+    return pending
+
+
+class PendingShards:
+    """A sharded save, done or in flight, on one rank (see :func:`save_sharded`)."""
+
+    def __init__(self, future: Any, tmp: Path, with_grads: bool) -> None:
+        import torch.distributed as dist
+
+        self._future, self._tmp, self._listing = future, tmp, None
+        self._main = not dist.is_initialized() or dist.get_rank() == 0
+        self._info = {"folder": tmp.name[:-len(".tmp")], "files": {},
+                      "world_size": dist.get_world_size() if dist.is_initialized() else 1,
+                      "grads": with_grads}
+
+    def result(self) -> dict:
+        """Wait for this rank's writes; then rank 0 renames the folder from ``*.tmp`` to its
+        final name. Returns the listing for the ``.pth`` file (the files on rank 0 only).
+
+        DCP finishes a save only once every rank's writes are done, and raises its error on
+        every rank, so rank 0 needs no further barrier here.
+        """
+        if self._listing is None:
+            if self._future is not None:
+                self._future.result()
+                self._future = None
+            files = {}
+            if self._main:
+                files = {f.name: f.stat().st_size for f in sorted(self._tmp.iterdir())}
+                _move_into_place(self._tmp, self._tmp.with_name(self._info["folder"]))
+            self._listing = {**self._info, "files": files}
+        return self._listing
+
+
+def _move_into_place(tmp: Path, folder: Path) -> None:
+    if folder.exists():  # the same iteration saved again: the older folder is superseded
+        old = folder.with_name(folder.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(folder, old)
+        os.rename(tmp, folder)
+        shutil.rmtree(old)
+    else:
+        os.rename(tmp, folder)
+    fsync_dir(folder.parent)
+
+
+_ASYNC_GROUP: tuple[Any, Any] = (None, None)  # (the default group it was made for, the group)
+
+
+def _async_group() -> Any:
+    """A gloo process group for background saves: their collectives must never interleave with
+    the training's on the default group (and DCP's async save needs a CPU backend)."""
+    global _ASYNC_GROUP
+    if not _distributed():
+        return None
+    import torch.distributed as dist
+
+    default = dist.group.WORLD
+    if _ASYNC_GROUP[0] is not default:
+        _ASYNC_GROUP = (default, dist.new_group(backend="gloo"))
+    return _ASYNC_GROUP[1]
 
 
 def check_sharded(path: str | os.PathLike, listing: dict) -> Path:

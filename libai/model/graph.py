@@ -161,9 +161,14 @@ class GraphModule(nn.Module):
         module: The model, or its DDP wrapper.
         compile: ``torch.compile`` keyword arguments (see :func:`compile_options`).
         on_failure: "eager" (warn once and continue eager) or "raise". Defaults to "eager".
+        blocks: Compile these modules' forwards one by one, and nothing else, instead of the
+            whole model: the way of a sharded model (FSDP2, tensor parallel), whose hooks
+            (all-gathers, reshards) then run eager between the compiled blocks. Blocks of one
+            class share one compiled graph. The state dict keys do not change. Defaults to None.
     """
 
-    def __init__(self, module: nn.Module, compile: dict | None = None, on_failure: str = "eager") -> None:
+    def __init__(self, module: nn.Module, compile: dict | None = None, on_failure: str = "eager",
+                 blocks: list[nn.Module] | None = None) -> None:
         super().__init__()
         if on_failure not in ("eager", "raise"):
             raise ConfigError(
@@ -173,7 +178,15 @@ class GraphModule(nn.Module):
         self._orig_mod = module
         self.on_failure = on_failure
         self.options = dict(compile or {})
-        self.__dict__["_compiled"] = torch.compile(module, **self.options)
+        # each block's own forward attribute (activation checkpointing sets one), put back by
+        # a fallback to eager
+        self._eager_forwards = [(block, block.__dict__.get("forward")) for block in blocks or ()]
+        if blocks:
+            for block in blocks:
+                block.forward = torch.compile(block.forward, **self.options)
+            self.__dict__["_compiled"] = module
+        else:
+            self.__dict__["_compiled"] = torch.compile(module, **self.options)
         self.eager = False
         self.failure: str | None = None
         self.verify_steps = 0
@@ -226,6 +239,7 @@ class GraphModule(nn.Module):
 
     def _fall_back(self, error: BaseException, args: tuple, kwargs: dict) -> Any:
         """Run eagerly; keep eager on (or raise, per ``on_failure``) only if eager works."""
+        self._uncompile_blocks()
         out = self._orig_mod(*args, **kwargs)  # a model bug raises its own, eager error here
         self.failed(error, "the forward")
         return out
@@ -240,12 +254,20 @@ class GraphModule(nn.Module):
                 f"without graph mode."
             ) from error
         self.eager = True
+        self._uncompile_blocks()
         self.failure = f"{where}: {cause}"
         self._reference = self._replay = None
         _logger.warning(
             f"Graph mode: torch.compile failed on {where} of {type(self.unwrapped).__name__} "
             f"({cause}); training continues in eager mode. Set optim_wrapper.on_failure='raise' "
             f"to stop instead.")
+
+    def _uncompile_blocks(self) -> None:
+        for block, forward in self._eager_forwards:
+            if forward is None:
+                block.__dict__.pop("forward", None)  # the class's forward again
+            else:
+                block.forward = forward
 
     @property
     def unwrapped(self) -> nn.Module:
@@ -308,8 +330,10 @@ class GraphModule(nn.Module):
             return f"Graph mode: eager since {self.failure or 'the parity check failed'}."
         parts = [f"{phase} {seconds:.1f} s" for phase, seconds in self.compile_seconds.items()]
         breaks, recompiles = self.graph_breaks(), self.recompiles()
+        blocks = len(self._eager_forwards)
         lines = [
-            f"Graph mode{' (end of run)' if final else ''}: first call per graph (compile) "
+            f"Graph mode{' (end of run)' if final else ''}"
+            f"{f', {blocks} blocks compiled one by one' if blocks else ''}: first call per graph (compile) "
             f"{', '.join(parts) or 'none yet'}; {len(breaks)} graph break(s), "
             f"{len(recompiles)} recompile(s)."
         ]

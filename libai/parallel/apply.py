@@ -45,18 +45,25 @@ def build_mesh(pc: ParallelConfig, device_type: str) -> Any:
 
 def find_blocks(model: nn.Module, names: tuple[str, ...] | list[str] | None,
                 key: str = "parallel.blocks") -> list[nn.Module]:
-    """The modules whose class name is in ``names`` (None: the model's ``parallel_blocks``)."""
+    """The modules whose class, or a base class, is named in ``names`` (None: the model's
+    ``parallel_blocks``). Base classes count because fully_shard turns a ``TransformerBlock``
+    into an ``FSDPTransformerBlock``."""
     names = tuple(names if names is not None else getattr(model, "parallel_blocks", ()))
     if not names:
         return []
-    found = [m for m in model.modules() if type(m).__name__ in names and m is not model]
-    classes = {type(m).__name__ for m in model.modules()}
-    missing = [n for n in names if n not in classes]
+    modules = [m for m in model.modules() if m is not model]
+    found = [m for m in modules if _class_names(m) & set(names)]
+    missing = [n for n in names if not any(n in _class_names(m) for m in model.modules())]
     if missing:
+        classes = sorted({type(m).__name__ for m in model.modules()})
         raise ConfigError(
             f"{key}: {type(model).__name__} has no module of class {missing[0]!r}."
-            f"{did_you_mean(missing[0], sorted(classes))} Its classes: {', '.join(sorted(classes))}.")
+            f"{did_you_mean(missing[0], classes)} Its classes: {', '.join(classes)}.")
     return found
+
+
+def _class_names(module: nn.Module) -> set[str]:
+    return {c.__name__ for c in type(module).__mro__}
 
 
 def _checkpointed_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:

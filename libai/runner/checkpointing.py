@@ -21,6 +21,8 @@ class CheckpointMixin:
     _resumed = False
     _config_text: str | None = None
     _loaded_iter = 0  # the training iteration of the checkpoint load_from loaded
+    _saving_in_background = False  # the last save was asynchronous (the same on every rank)
+    _pending_shards: Any = None  # its shards, while they may still be in flight
 
     @property
     def config_text(self) -> str:
@@ -106,25 +108,32 @@ class CheckpointMixin:
         from libai.checkpoint import get_rng_state, save_checkpoint, update_latest
         from libai.checkpoint.workdir import keep_other_runs_checkpoint
 
+        if self._saving_in_background:  # the save in flight ends first, on every rank
+            error = dist.broadcast_object(self._finish_saves())
+            if error is not None:
+                raise error
+        self._saving_in_background = asynchronous
         path = os.path.join(self.work_dir, filename)
         if dist.is_main_process():  # a fresh run never saves over an earlier run's checkpoint
             keep_other_runs_checkpoint(path, self._run_folder())
         rng = dist.all_gather_object(get_rng_state())
-        shards = self._save_shards(path)
+        shards = self._save_shards(path, asynchronous)
+        self._pending_shards = shards if asynchronous else None
         grads_by_rank = None if shards else self._gather_accumulated_grads()
         error = None
         if dist.is_main_process():
             try:
                 state = self.checkpoint_state(meta, rng=rng)
-                if shards:
-                    state["sharded"] = shards
+                if shards and not asynchronous:
+                    state["sharded"] = shards.result()
                 if grads_by_rank is not None:
                     state["optimizer"]["accumulated_grads"] = grads_by_rank[0]
                     state["optimizer"]["accumulated_grads_by_rank"] = grads_by_rank
                 self.call_hook("before_save_checkpoint", checkpoint=state)
-                if asynchronous:
-                    self._async_saver().save(state, path, on_done=(
-                        (lambda p: update_latest(self.work_dir, p)) if latest else None))
+                if asynchronous:  # the .pth is written once the shards are (then "sharded")
+                    on_done = (lambda p: update_latest(self.work_dir, p)) if latest else None
+                    prepare = (lambda st: st.update(sharded=shards.result())) if shards else None
+                    self._async_saver().save(state, path, on_done=on_done, prepare=prepare)
                 else:
                     save_checkpoint(state, path)
                     if latest:
@@ -137,8 +146,9 @@ class CheckpointMixin:
             raise error
         return path
 
-    def _save_shards(self, path: str) -> dict | None:
-        """FSDP2 / tensor parallel: every rank writes its shards (libai.checkpoint.sharded)."""
+    def _save_shards(self, path: str, asynchronous: bool) -> Any:
+        """FSDP2 / tensor parallel: every rank writes its shards (libai.checkpoint.sharded);
+        returns the save (:class:`~libai.checkpoint.sharded.PendingShards`) or None."""
         from libai.checkpoint.sharded import is_sharded_model, save_sharded
 
         if not is_sharded_model(self.unwrapped_model):
@@ -146,7 +156,8 @@ class CheckpointMixin:
         training = self._train_loop is not None
         window = training and self.optim_wrapper.accumulated_grads() is not None
         return save_sharded(path, self.unwrapped_model,
-                            self.optim_wrapper.optimizer if training else None, with_grads=window)
+                            self.optim_wrapper.optimizer if training else None,
+                            with_grads=window, asynchronous=asynchronous)
 
     def _gather_accumulated_grads(self) -> list | None:
         """Under DDP, mid-window gradients differ by rank (no_sync): gather them, by rank."""
@@ -159,9 +170,26 @@ class CheckpointMixin:
 
     def wait_for_checkpoints(self) -> None:
         """Block until an asynchronous save in flight is complete; re-raise its failure."""
+        error = self._finish_saves()
+        if error is not None:
+            raise error
+
+    def _finish_saves(self) -> LibaiError | None:
+        """Wait for this rank's save in flight (no collective); returns its failure."""
+        error = None
         saver = getattr(self, "_saver", None)
         if saver is not None and dist.is_main_process():
-            saver.wait()
+            try:
+                saver.wait()  # its thread finishes the shards first (PendingShards.result)
+            except CheckpointError as e:
+                error = e
+        pending, self._pending_shards = self._pending_shards, None
+        if pending is not None:  # the shards of a save whose .pth was never started, and ranks > 0
+            try:
+                pending.result()
+            except Exception as e:  # DCP raises a rank's write error on every rank
+                error = error or CheckpointError(f"Background save of the shards failed: {e}")
+        return error
 
     def _async_saver(self) -> Any:
         if getattr(self, "_saver", None) is None:

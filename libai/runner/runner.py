@@ -19,7 +19,7 @@ from libai.hooks.hook import STAGES, Hook, get_priority
 from libai.model import compile_model, make_train_step
 from libai.model import test_step as default_eval_step
 from libai.model.graph import GraphModule
-from libai.parallel import in_loss_parallel
+from libai.parallel import find_blocks, in_loss_parallel
 from libai.registry import RUNNERS
 from libai.utils import dist
 from libai.utils.errors import CheckpointError, ConfigError, TrainingError
@@ -121,8 +121,9 @@ class Runner(CheckpointMixin):
     def _wrap(self, model: nn.Module) -> nn.Module:
         graph = build.graph_mode(self.cfg)
         model, self.parallel = distribute_model(self.cfg, model, self.device, self.logger)
-        if graph is not None:
-            return GraphModule(model, **graph)
+        if graph is not None:  # a sharded model is compiled block by block, as torch advises
+            blocks = find_blocks(model, self.parallel.blocks) if dist.is_sharded(model) else None
+            return GraphModule(model, **graph, blocks=blocks or None)
         return compile_model(model, self.cfg.get("compile") or False)
 
     def _default_hooks(self) -> dict:

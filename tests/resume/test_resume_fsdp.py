@@ -1,6 +1,7 @@
 """FSDP2 on two processes (gloo, CPU): sharded checkpoints (libai.checkpoint.sharded), interrupted
 inside an accumulation window and resumed, bit-identical to an uninterrupted run; then the same
-checkpoint resumed by one process (resharded on load)."""
+checkpoint resumed by one process (resharded on load). The uninterrupted run saves in the
+background (``async_save``) while it trains on: its shards must hold the state as it was."""
 
 import subprocess
 
@@ -13,6 +14,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from libai.checkpoint import load_checkpoint
 
 FSDP = "\nparallel = dict(fsdp=2)\n"
+ASYNC = ("--cfg-options", "+default_hooks.checkpoint.async_save=True")
 
 
 def shards(path, tmp_path):
@@ -30,7 +32,7 @@ def test_fsdp_resume_inside_an_accumulation_window_is_bit_identical(tmp_path):
     stopping.write_text(CONFIG.format(n=N, k=K, acc=2, hooks=[
         dict(type="resume_ctrl_c.CtrlCAtHook", at=K)]) + FSDP)
 
-    straight = torchrun(tmp_path, plain, tmp_path / "straight")
+    straight = torchrun(tmp_path, plain, tmp_path / "straight", *ASYNC)
     assert straight.returncode == 0, straight.stderr[-3000:]
     assert "FSDP2: parameters, gradients and optimizer state sharded over 2" in straight.stdout
     stopped = torchrun(tmp_path, stopping, tmp_path / "resumed")
@@ -38,12 +40,19 @@ def test_fsdp_resume_inside_an_accumulation_window_is_bit_identical(tmp_path):
     ckpt = load_checkpoint(tmp_path / "resumed" / f"iter_{K}.pth")
     assert ckpt["state_dict"] == {} and ckpt["sharded"]["grads"]  # K is inside the window
     assert sorted(ckpt["sharded"]["files"]) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
-    resumed = torchrun(tmp_path, plain, tmp_path / "resumed", "--resume")
+    resumed = torchrun(tmp_path, plain, tmp_path / "resumed", "--resume", *ASYNC)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
     a = shards(tmp_path / "straight" / f"iter_{N}.pth", tmp_path)
     b = shards(tmp_path / "resumed" / f"iter_{N}.pth", tmp_path)
     rh.assert_same_tensors(a, b, "shards")
+    # written in the background while training went on, written in the foreground: the same
+    a = shards(tmp_path / "straight" / f"iter_{K}.pth", tmp_path)
+    b = shards(tmp_path / "resumed" / f"iter_{K}.pth", tmp_path)
+    rh.assert_same_tensors(a, b, "shards at K")
+    assert not list((tmp_path / "straight").glob("*.tmp"))
+    listing = load_checkpoint(tmp_path / "straight" / f"iter_{K}.pth")["sharded"]["files"]
+    assert sorted(listing) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
     rh.assert_same_logs(tmp_path / "straight", tmp_path / "resumed", N)
 
     # one process resumes the 2-process checkpoint: the shards are resharded on load

@@ -229,3 +229,59 @@ def test_graph_equals_eager_tiny_transformers(kind):
         # AdamW divides by sqrt(v): where a gradient is ~0, float noise moves the weight by ~1e-5
         torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-4, msg=name)
     assert not forward.eager and forward.training_recompiles == 0
+
+
+class Block(nn.Module):
+    def __init__(self, chatty=False):
+        super().__init__()
+        self.lin, self.chatty = nn.Linear(64, 64), chatty
+
+    def forward(self, x):
+        if self.chatty:
+            print("a side effect dynamo cannot put in a graph")
+        return torch.relu(self.lin(x))
+
+
+class Stack(nn.Module):
+    parallel_blocks = ("Block",)
+
+    def __init__(self, chatty=False):
+        super().__init__()
+        self.embed, self.head = nn.Linear(64, 64), nn.Linear(64, 10)
+        self.blocks = nn.Sequential(Block(chatty), Block(chatty))
+
+    def forward(self, batch):
+        logits = self.head(self.blocks(self.embed(batch["inputs"])))
+        return dict(loss=nn.functional.cross_entropy(logits, batch["labels"]))
+
+
+def test_blocks_compile_one_by_one_with_the_same_keys_and_numbers():
+    """What the runner does for a sharded model (tests/parallel runs it under FSDP2 and TP)."""
+    torch.manual_seed(0)
+    model, reference = Stack(), Stack()
+    reference.load_state_dict(model.state_dict())
+    keys = list(model.state_dict())
+    graph = GraphModule(model, compile=dict(backend="aot_eager"), on_failure="raise",
+                        blocks=list(model.blocks))
+    for batch in digits_batches(2):
+        graph(batch)["loss"].backward()
+        reference(batch)["loss"].backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=1e-6)
+    assert list(model.state_dict()) == keys
+    assert graph.report().startswith("Graph mode, 2 blocks compiled one by one")
+    assert not graph.eager and graph.recompiles() == []  # the two blocks share one graph
+
+
+def test_blocks_that_fail_to_compile_go_back_to_their_own_forwards(libai_log):
+    from libai.parallel import apply_activation_checkpointing
+
+    torch.manual_seed(0)
+    model = Stack(chatty=True)
+    apply_activation_checkpointing(model, "blocks")
+    checkpointed = [b.forward for b in model.blocks]
+    graph = GraphModule(model, compile=dict(fullgraph=True, backend="aot_eager"),
+                        blocks=list(model.blocks))
+    graph(digits_batches(1)[0])["loss"].backward()
+    assert graph.eager and "torch.compile failed on the forward of Stack" in "\n".join(libai_log)
+    assert [b.forward for b in model.blocks] == checkpointed  # activation checkpointing stays

@@ -1,6 +1,8 @@
 """Run under torchrun with 2 processes (gloo, CPU): each strategy trains a tiny GPT for a few
 AdamW steps next to a one-process reference on the same global batch, and rank 0 prints the
 largest parameter difference per strategy as JSON (tests/parallel/test_parallel.py reads it).
+"+graph" cases compile the sharded model block by block (GraphModule's ``blocks``; the
+``aot_eager`` backend: the same graphs as inductor's, without the C++ build).
 With 4 processes (by hand: too slow for the suite on 2 cores) it runs 2-D FSDP x TP instead."""
 
 import contextlib
@@ -11,9 +13,10 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.tensor.parallel import loss_parallel
 
+from libai.model.graph import GraphModule
 from libai.model.zoo.gpt import GPTForCausalLM
 from libai.optim.clip import clip_grad_norm_
-from libai.parallel import ParallelConfig, build_mesh, parallelize
+from libai.parallel import ParallelConfig, build_mesh, find_blocks, parallelize
 
 STEPS, BATCH, SEQ = 3, 4, 16
 
@@ -31,13 +34,14 @@ def batches():
         yield dict(input_ids=ids[:, :-1], labels=ids[:, 1:])
 
 
-def train(model, local_batch, tensor_parallel=False):
+def train(model, local_batch, tensor_parallel=False, graph=None):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    step = model if graph is None else graph
     for batch in batches():
         # tensor parallel: the tied LM head's logits are split by vocabulary, and the
         # cross-entropy runs on the splits (what the runner does with in_loss_parallel)
         with loss_parallel() if tensor_parallel else contextlib.nullcontext():
-            model(local_batch(batch))["loss"].backward()
+            step(local_batch(batch))["loss"].backward()
         clip_grad_norm_(list(model.parameters()), 1.0)
         opt.step()
         opt.zero_grad()
@@ -58,10 +62,13 @@ def main():
         "fsdp": (dict(data=1, fsdp=world), None, shard),
         "fsdp+checkpointing": (dict(data=1, fsdp=world), "blocks", shard),
         "tp": (dict(data=1, tensor=world), None, lambda b: b),
+        "fsdp+graph": (dict(data=1, fsdp=world), None, shard),
+        "tp+graph": (dict(data=1, tensor=world), None, lambda b: b),
     }
     if world == 4:  # 2-D: FSDP over 2 x tensor parallel over 2 (run by hand: 4 processes)
         shard2 = lambda b: {k: v.chunk(2)[rank // 2] for k, v in b.items()}  # noqa: E731
-        cases = {"ddp": cases["ddp"], "fsdp+tp": (dict(data=1, fsdp=2, tensor=2), None, shard2)}
+        cases = {"ddp": cases["ddp"], "fsdp+tp": (dict(data=1, fsdp=2, tensor=2), None, shard2),
+                 "fsdp+tp+graph": (dict(data=1, fsdp=2, tensor=2), None, shard2)}
     result, states = {}, {}
     for name, (sizes, checkpointing, local) in cases.items():
         pc = ParallelConfig(world_size=world, **sizes)
@@ -70,7 +77,13 @@ def main():
         if pc.tensor > 1:  # the word embedding (and so the tied head) split by vocabulary
             weight = model.transformer.embeddings.word_embeddings.weight
             result["tp_vocab_split"] = str(weight.placements) + str(weight.to_local().shape)
-        state = train(model, local, tensor_parallel=pc.tensor > 1)
+        graph = None
+        if name.endswith("+graph"):
+            graph = GraphModule(model, compile=dict(backend="aot_eager"), on_failure="raise",
+                                blocks=find_blocks(model, None))
+        state = train(model, local, tensor_parallel=pc.tensor > 1, graph=graph)
+        if graph is not None:
+            result[name + " report"] = graph.report().splitlines()[0]
         states[name] = {k.removeprefix("module."): v for k, v in state.items()}
         result[name] = max_diff(states[name], reference)
     if "fsdp" in states:

@@ -97,4 +97,8 @@ def test_fsdp_and_tensor_parallel_equal_one_process():
     assert diff["fsdp_vs_ddp"] == 0.0, diff  # FSDP2 reduces the same sums as DDP
     assert diff["fsdp"] < 1e-6 and diff["fsdp+checkpointing"] < 1e-6, diff
     assert diff["tp"] < 1e-5, diff  # vocabulary-split embedding and logits, parallel loss
+    # graph mode on a sharded model: each block compiled, the FSDP / TP hooks eager between
+    assert diff["fsdp+graph"] < 1e-6 and diff["tp+graph"] < 1e-5, diff
+    for case in ("fsdp+graph", "tp+graph"):
+        assert diff.pop(case + " report").startswith("Graph mode, 2 blocks compiled one by one")
     assert diff.pop("tp_vocab_split") == "(Shard(dim=0),)torch.Size([48, 32])"

@@ -51,7 +51,7 @@ class _EvalLoop(BaseLoop):
         runner, stage = self.runner, self.stage
         prefix = f"{stage}/{name}/" if name else f"{stage}/"
         runner.call_hook(f"before_{stage}_epoch")
-        loss_sum, loss_batches = None, 0
+        loss_sum, loss_count = None, 0  # batch losses weighted by the batch's size
         limit = runner.limit_batches(len(loader))
         stop = getattr(runner, "stop_request", None)  # set while training, polled per batch
         with torch.no_grad():
@@ -61,9 +61,10 @@ class _EvalLoop(BaseLoop):
                 runner.call_hook(f"before_{stage}_iter", batch_idx=idx, data_batch=batch)
                 outputs = runner.run_eval_step(batch)
                 if isinstance(outputs, dict) and isinstance(outputs.get("loss"), torch.Tensor):
-                    batch_loss = outputs["loss"].detach().float().mean()
+                    n = _batch_size(batch)
+                    batch_loss = outputs["loss"].detach().float().mean() * n
                     loss_sum = batch_loss if loss_sum is None else loss_sum + batch_loss
-                    loss_batches += 1
+                    loss_count += n
                 evaluator.process(batch, outputs)
                 runner.call_hook(f"after_{stage}_iter", batch_idx=idx, data_batch=batch, outputs=outputs)
                 if stop is not None:
@@ -76,10 +77,24 @@ class _EvalLoop(BaseLoop):
             min(len(loader.dataset), limit * (loader.batch_size or 1) * runner.world_size)
         )
         metrics = {prefix + k: float(v) for k, v in results.items()}
-        if loss_batches:
-            metrics[prefix + "loss"] = all_reduce_mean({"loss": (loss_sum / loss_batches).item()})["loss"]
+        if loss_count:  # over all processes: the same value in any number of processes
+            total = all_reduce_mean({"sum": loss_sum.item(), "count": float(loss_count)})
+            metrics[prefix + "loss"] = total["sum"] / total["count"]
         runner.call_hook(f"after_{stage}_epoch", metrics=metrics)
         return metrics
+
+
+def _batch_size(batch: Any) -> int:
+    """The leading dimension of the batch's first tensor (1 when it has none)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.shape[0] if batch.dim() else 1
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            if isinstance(item, (torch.Tensor, dict, list, tuple)):
+                return _batch_size(item)
+    return 1
 
 
 def metric_names_of(loop: _EvalLoop, batches: int = 2) -> list[str]:

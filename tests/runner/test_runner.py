@@ -419,3 +419,20 @@ def test_evaluators_named_unlike_the_sets_are_one_line():
         build_eval_sets(loaders, evaluators, "val", lambda cfg, path: object())
     assert "val_evaluator names sets ['clean', 'shiftd'] but val_dataloader has ['clean', " \
            "'shifted']" in str(e.value) and "Did you mean 'shifted'?" in str(e.value)
+
+
+def test_eval_loss_is_the_mean_over_samples_whatever_the_batches(tmp_path):
+    """10 samples in batches of 4, 4 and 2: val/loss is the mean over the 10 samples (the batch
+    losses weighted by the batches' sizes), as HF and Lightning report it, so that it does not
+    change with the batch size or the number of processes."""
+    import torch.nn.functional as F
+
+    runner = make(tmp_path, val_dataloader=dict(dataset=dict(type="ToyDataset", num_samples=10, seed=0),
+                                                batch_size=4))
+    loss = runner.val()["val/loss"]
+    data = runner.val_loop.sets[None][0].dataset
+    model = runner.unwrapped_model.eval()
+    with torch.no_grad():
+        logits = model(dict(inputs=torch.stack([data[i]["inputs"] for i in range(10)])))["logits"]
+    expected = F.cross_entropy(logits, torch.tensor([int(data[i]["labels"]) for i in range(10)]))
+    assert loss == pytest.approx(expected.item(), rel=1e-6)

@@ -23,6 +23,7 @@ __all__ = [
     "LOG_LEVELS",
     "TORCHRUN_VARS",
     "preflight",
+    "check_watched_metrics",
     "check_count",
     "check_choice",
     "check_torchrun_env",
@@ -225,3 +226,24 @@ def _check_randomness(randomness: Any) -> None:
     for key in ("deterministic", "diff_rank_seed"):
         if not isinstance(randomness.get(key, False), bool):
             raise ConfigError(f"randomness.{key}={randomness[key]!r}: expected True or False.")
+
+
+def check_watched_metrics(runner: Any) -> None:
+    """A metric a hook must find (``save_best='val/accuracy'``, a strict ``monitor``) is looked up
+    before training, in two quiet validation batches, not after the first training interval.
+    The RNG states are put back, so the run's numbers do not change."""
+    from libai.checkpoint import get_rng_state, set_rng_state
+    from libai.hooks._metrics import lookup_metric
+    from libai.loops.evaluate import metric_names_of
+
+    watched = {name: type(h).__name__ for h in runner.hooks
+               for name in getattr(h, "monitored_metrics", list)()}
+    if not watched or runner.val_loop is None or runner.fast_dev_run:
+        return
+    rng = get_rng_state()
+    try:
+        names = metric_names_of(runner.val_loop)
+    finally:
+        set_rng_state(rng)
+    for name, hook in watched.items():
+        lookup_metric(dict.fromkeys(names, 0.0), name, f"{hook} (checked before training)")

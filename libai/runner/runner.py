@@ -28,7 +28,7 @@ from libai.utils.message_hub import MessageHub
 from . import build, env, imports, preemption
 from .checkpointing import CheckpointMixin
 from .distribute import distribute_model
-from .preflight import preflight
+from .preflight import check_watched_metrics, preflight
 
 __all__ = ["Runner"]
 
@@ -330,7 +330,7 @@ class Runner(CheckpointMixin):
         self.call_hook("before_run")
         try:
             self._load_or_resume()
-            self._check_watched_metrics()
+            check_watched_metrics(self)
             self.optim_wrapper.initialize_count_status(self.model, loop.iter, loop.max_iters)
             loop.run()
             self.wait_for_checkpoints()
@@ -342,26 +342,6 @@ class Runner(CheckpointMixin):
             finally:
                 self._join_saver()
         return self.unwrapped_model
-
-    def _check_watched_metrics(self) -> None:
-        """A metric a hook must find (``save_best='val/accuracy'``, a strict ``monitor``) is
-        looked up now, in two quiet validation batches, not after the first training interval.
-        The RNG states are put back, so the run's numbers do not change."""
-        from libai.checkpoint import get_rng_state, set_rng_state
-        from libai.hooks._metrics import lookup_metric
-        from libai.loops.evaluate import metric_names_of
-
-        watched = {name: type(h).__name__ for h in self.hooks
-                   for name in getattr(h, "monitored_metrics", list)()}
-        if not watched or self.val_loop is None or self.fast_dev_run:
-            return
-        rng = get_rng_state()
-        try:
-            names = metric_names_of(self.val_loop)
-        finally:
-            set_rng_state(rng)
-        for name, hook in watched.items():
-            lookup_metric(dict.fromkeys(names, 0.0), name, f"{hook} (checked before training)")
 
     def val(self) -> dict[str, float]:
         """Validate once; returns the metrics."""

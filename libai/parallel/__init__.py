@@ -1,13 +1,14 @@
 """Splitting the work beyond data parallel: FSDP2, tensor parallel, activation checkpointing.
 
 See docs/parallel.md. The config says how (``parallel=dict(fsdp=..., tensor=...)``); the model
-says where (``parallel_blocks``, ``tensor_parallel_plan``); the runner applies it.
+says where (``parallel_blocks``, ``tp_plan``); the runner applies it.
 """
 
 from .apply import (
     apply_activation_checkpointing,
     apply_tensor_parallel,
     build_mesh,
+    build_on_rank0,
     find_blocks,
     in_loss_parallel,
     parallelize,
@@ -18,6 +19,7 @@ __all__ = [
     "ParallelConfig",
     "parse_parallel",
     "build_mesh",
+    "build_on_rank0",
     "find_blocks",
     "apply_activation_checkpointing",
     "apply_tensor_parallel",

@@ -29,7 +29,7 @@ from libai.utils.suggest import did_you_mean
 from .config import ParallelConfig
 
 __all__ = ["build_mesh", "find_blocks", "apply_activation_checkpointing", "apply_tensor_parallel",
-           "parallelize", "in_loss_parallel"]
+           "parallelize", "build_on_rank0", "in_loss_parallel"]
 
 
 def build_mesh(pc: ParallelConfig, device_type: str) -> Any:
@@ -105,12 +105,13 @@ def apply_activation_checkpointing(model: nn.Module, value: Any,
     return sorted({type(b).__name__ for b in blocks})
 
 
-def apply_tensor_parallel(model: nn.Module, tp_mesh: Any) -> int:
+def apply_tensor_parallel(model: nn.Module, tp_mesh: Any, src_data_rank: int | None = 0) -> int:
     """Split every module that declares a ``tp_plan`` over ``tp_mesh``; returns the number of
     layers split.
 
     A ``tp_plan`` is a class attribute ``{submodule path: "colwise" | "rowwise"}`` relative to the
-    module (``TransformerBlock`` has one).
+    module (``TransformerBlock`` has one). ``src_data_rank``: the rank whose weights every
+    process gets its part of (None: each splits its own, as ``rank0_init`` needs).
     """
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import (
@@ -141,7 +142,7 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: Any) -> int:
                 raise ConfigError(f"{type(module).__name__}.tp_plan[{path!r}]={style!r}: expected "
                                   f"'colwise', 'rowwise' or 'vocab'.")
             plan[path] = styles[style]()
-        parallelize_module(module, tp_mesh, plan)
+        parallelize_module(module, tp_mesh, plan, src_data_rank=src_data_rank)
         count += len(plan)
     return count
 
@@ -162,6 +163,11 @@ def parallelize(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torch.d
         ddp_kwargs: Extra DistributedDataParallel arguments (``model_wrapper_cfg``).
     """
     lines = [pc.describe()]
+    rank0_init = pc.rank0_init and pc.world_size > 1
+    if rank0_init:  # split on the meta device; rank 0 keeps its whole weights on the host
+        tied = _tied_names(model)
+        whole = _host_copy(model) if _rank() == 0 else ({}, {})
+        model.to("meta")
     wrapped = apply_activation_checkpointing(model, activation_checkpointing, pc.blocks)
     if wrapped:
         lines.append(f"Activation checkpointing: {', '.join(wrapped)} recomputed in the backward")
@@ -170,17 +176,86 @@ def parallelize(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torch.d
             raise ConfigError(
                 f"parallel: data={pc.data} with tensor={pc.tensor} needs fsdp for the data "
                 f"dimension: use parallel=dict(fsdp={pc.data}, tensor={pc.tensor}) (2-D FSDP x TP).")
-        n = apply_tensor_parallel(model, mesh["tensor"])
+        n = apply_tensor_parallel(model, mesh["tensor"], src_data_rank=None if rank0_init else 0)
         lines.append(f"Tensor parallel: {n} layers split over {pc.tensor} processes")
     if pc.fsdp > 1:
         _fully_shard(model, pc, mesh, param_dtype)
         lines.append(f"FSDP2: parameters, gradients and optimizer state sharded over {pc.fsdp} "
                      f"processes" + (f", replicated {pc.data} times" if pc.data > 1 else ""))
-    elif pc.data > 1 and any(p.requires_grad for p in model.parameters()):
+    if rank0_init:
+        model.to_empty(device=device)
+        _retie(model, tied)
+        _receive_from_rank0(model, *whole, sharded=pc.fsdp > 1 or pc.tensor > 1)
+        lines.append("rank0_init: rank 0 built the model and sent each process its part")
+    if pc.fsdp == 1 and pc.data > 1 and any(p.requires_grad for p in model.parameters()):
         from libai.model.wrappers import wrap_ddp
 
         model = wrap_ddp(model, device, **dict(ddp_kwargs or {}))
     return model, lines
+
+
+def build_on_rank0(build: Callable[[], nn.Module], pc: ParallelConfig) -> nn.Module:
+    """``build()`` on rank 0; on the other ranks under ``torch.device("meta")`` when
+    ``pc.rank0_init`` (shapes only: no memory, no random numbers drawn). :func:`parallelize`
+    then gives every rank its part of rank 0's weights."""
+    if not (pc.rank0_init and pc.world_size > 1) or _rank() == 0:
+        return build()
+    with torch.device("meta"):
+        return build()
+
+
+def _host_copy(model: nn.Module) -> tuple[dict, dict]:
+    """Rank 0's state dict and all its buffers (non-persistent ones too), on the host."""
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    buffers = {k: v.detach().cpu() for k, v in model.named_buffers()}
+    return state, buffers
+
+
+def _receive_from_rank0(model: nn.Module, state: dict, buffers: dict, sharded: bool) -> None:
+    """Fill the model (given memory by ``to_empty`` on every rank) with rank 0's values: each
+    process its part of the parameters when they are split, whole ones otherwise, and every
+    buffer."""
+    import torch.distributed as dist
+
+    main = _rank() == 0
+    if sharded:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(model, state, options=StateDictOptions(
+            full_state_dict=True, broadcast_from_rank0=True))
+    else:
+        if main:
+            model.load_state_dict(state)
+        for param in model.parameters():
+            dist.broadcast(param.data, src=0)
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():  # non-persistent ones are not in the state
+            if main:
+                buffer.copy_(buffers[name])
+            dist.broadcast(buffer, src=0)
+
+
+def _tied_names(model: nn.Module) -> list[list[str]]:
+    """Parameter names that share one tensor (a tied LM head), grouped."""
+    groups: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(param), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+def _retie(model: nn.Module, tied: list[list[str]]) -> None:
+    """``to_empty`` gives each use of a shared meta parameter its own tensor: share it again."""
+    for first, *others in tied:
+        param = model.get_parameter(first)
+        for name in others:
+            owner, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(owner) if owner else model, attr, param)
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_initialized() else 0
 
 
 def _fully_shard(model: nn.Module, pc: ParallelConfig, mesh: Any,

@@ -1,7 +1,7 @@
 """The ``parallel`` config key: how the processes split the work, checked against the world size.
 
     parallel = dict(data=None, fsdp=1, tensor=1, pipeline=1,
-                    reshard_after_forward=True, cpu_offload=False, blocks=None)
+                    reshard_after_forward=True, cpu_offload=False, blocks=None, rank0_init=False)
 
 - ``data``: replicas that each see their own share of the batch. None (the default) means
   "whatever is left": world size / (fsdp x tensor). With ``fsdp=1`` the replicas are
@@ -17,6 +17,9 @@
   each block's forward; keep parameters and optimizer state on the CPU).
 - ``blocks``: class names of the modules FSDP shards one by one (and activation checkpointing
   wraps with the "blocks" policy). None: the model's ``parallel_blocks`` declaration.
+- ``rank0_init``: only rank 0 builds the whole model; the other processes build it on the meta
+  device (no memory) and receive their part from rank 0 once it is split (HF accelerate's
+  ``cpu_ram_efficient_loading``). Host memory then holds one whole model, not one per process.
 
 The product ``data x fsdp x tensor`` must equal the number of processes.
 """
@@ -33,7 +36,7 @@ from libai.utils.suggest import did_you_mean
 __all__ = ["ParallelConfig", "parse_parallel"]
 
 _SIZES = ("data", "fsdp", "tensor", "pipeline")
-_OPTIONS = {"reshard_after_forward": bool, "cpu_offload": bool}
+_OPTIONS = {"reshard_after_forward": bool, "cpu_offload": bool, "rank0_init": bool}
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class ParallelConfig:
     reshard_after_forward: bool = True
     cpu_offload: bool = False
     blocks: tuple[str, ...] | None = None
+    rank0_init: bool = False
 
     @property
     def data_parallel_size(self) -> int:

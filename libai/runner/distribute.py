@@ -9,10 +9,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from libai.parallel import ParallelConfig, build_mesh, parallelize, parse_parallel
+from libai.parallel import ParallelConfig, build_mesh, build_on_rank0, parallelize
 from libai.utils import dist
 
-__all__ = ["distribute_model"]
+__all__ = ["build_model", "distribute_model"]
 
 _AMP_DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
                "fp16": torch.float16}
@@ -27,25 +27,48 @@ def _param_dtype(cfg: Any) -> torch.dtype | None:
     return _AMP_DTYPES.get(str(dtype)) if dtype is not None else None
 
 
-def distribute_model(cfg: Any, model: nn.Module, device: torch.device,
-                     logger: Any) -> tuple[nn.Module, ParallelConfig]:
-    """Wrap ``model`` for the processes of this run and log how.
+def build_model(cfg: Any, pc: ParallelConfig, device: torch.device,
+                same_seed: bool) -> nn.Module:
+    """Build ``cfg.model`` on ``device``; with ``parallel.rank0_init``, ranks > 0 build it on the
+    meta device instead (:func:`~libai.parallel.build_on_rank0`), and :func:`distribute_model`
+    fills it from rank 0.
+
+    Building on meta draws no random numbers. When every rank has the same seed (the default),
+    ranks > 0 then take rank 0's RNG state, which is what building would have left them with,
+    so the run draws the same numbers as without ``rank0_init``.
+    """
+    from libai.checkpoint import get_rng_state, set_rng_state
+
+    from .build import build_model as build
+
+    model = build_on_rank0(lambda: build(cfg.model), pc)
+    if not (pc.rank0_init and pc.world_size > 1):
+        return model.to(device)
+    if same_seed:
+        set_rng_state(dist.broadcast_object(get_rng_state()))
+    return model  # rank 0's stays on the host: the whole model never reaches the device
+
+
+def distribute_model(cfg: Any, model: nn.Module, pc: ParallelConfig, device: torch.device,
+                     logger: Any) -> nn.Module:
+    """Wrap ``model`` for the processes of this run, as ``pc`` (the checked ``parallel`` key)
+    says, and log how.
 
     Args:
-        cfg: The run's config (``parallel``, ``activation_checkpointing``, ``model_wrapper_cfg``,
+        cfg: The run's config (``activation_checkpointing``, ``model_wrapper_cfg``,
             ``optim_wrapper.dtype``).
-        model: The built model, on ``device``.
+        model: The built model (:func:`build_model`).
+        pc: ``parse_parallel(cfg.parallel, world_size)``.
         device: This process's device.
         logger: The run's logger.
 
     Returns:
-        The model to train and the checked ``parallel`` sizes.
+        The model to train.
     """
-    pc = parse_parallel(cfg.get("parallel"), dist.get_world_size())
     dist.set_data_parallel(None)
     checkpointing = cfg.get("activation_checkpointing")
     if pc.strategy == "single" and not checkpointing:
-        return model, pc
+        return model
     sharded = pc.fsdp > 1 or pc.tensor > 1
     # ranks are laid out (data, fsdp, tensor), tensor innermost: neighbours share a batch
     dist.set_data_parallel(dist.get_rank() // pc.tensor if pc.tensor > 1 else None,
@@ -56,4 +79,4 @@ def distribute_model(cfg: Any, model: nn.Module, device: torch.device,
                                ddp_kwargs=cfg.get("model_wrapper_cfg"))
     for line in lines:
         logger.info(line)
-    return model, pc
+    return model

@@ -19,7 +19,7 @@ from libai.hooks.hook import STAGES, Hook, get_priority
 from libai.model import compile_model, make_train_step
 from libai.model import test_step as default_eval_step
 from libai.model.graph import GraphModule
-from libai.parallel import find_blocks, in_loss_parallel
+from libai.parallel import find_blocks, in_loss_parallel, parse_parallel
 from libai.registry import RUNNERS
 from libai.utils import dist
 from libai.utils.errors import CheckpointError, ConfigError, TrainingError
@@ -27,7 +27,7 @@ from libai.utils.message_hub import MessageHub
 
 from . import build, env, imports, preemption
 from .checkpointing import CheckpointMixin
-from .distribute import distribute_model
+from .distribute import build_model, distribute_model
 from .preflight import check_watched_metrics, preflight
 
 __all__ = ["Runner"]
@@ -76,7 +76,9 @@ class Runner(CheckpointMixin):
         if dist.is_main_process():
             self._dump_config(os.path.join(self.log_dir, "config.py"))
 
-        self.unwrapped_model = build.build_model(cfg.model).to(self.device)
+        self.parallel = parse_parallel(cfg.get("parallel"), self.world_size)
+        self.unwrapped_model = build_model(cfg, self.parallel, self.device,
+                                           same_seed=not self._diff_rank_seed)
         self.model = self._wrap(self.unwrapped_model)
         self.hooks = build.build_hooks(self._default_hooks(), cfg.get("default_hooks"), cfg.get("custom_hooks"))
         if self.fast_dev_run:  # a dry run saves nothing
@@ -120,7 +122,7 @@ class Runner(CheckpointMixin):
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         graph = build.graph_mode(self.cfg)
-        model, self.parallel = distribute_model(self.cfg, model, self.device, self.logger)
+        model = distribute_model(self.cfg, model, self.parallel, self.device, self.logger)
         if graph is not None:  # a sharded model is compiled block by block, as torch advises
             blocks = find_blocks(model, self.parallel.blocks) if dist.is_sharded(model) else None
             return GraphModule(model, **graph, blocks=blocks or None)

@@ -16,7 +16,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 from libai.model.graph import GraphModule
 from libai.model.zoo.gpt import GPTForCausalLM
 from libai.optim.clip import clip_grad_norm_
-from libai.parallel import ParallelConfig, build_mesh, find_blocks, parallelize
+from libai.parallel import ParallelConfig, build_mesh, build_on_rank0, find_blocks, parallelize
 
 STEPS, BATCH, SEQ = 3, 4, 16
 
@@ -62,6 +62,9 @@ def main():
         "fsdp": (dict(data=1, fsdp=world), None, shard),
         "fsdp+checkpointing": (dict(data=1, fsdp=world), "blocks", shard),
         "tp": (dict(data=1, tensor=world), None, lambda b: b),
+        "ddp+rank0_init": (dict(data=world, rank0_init=True), None, shard),
+        "fsdp+rank0_init": (dict(data=1, fsdp=world, rank0_init=True), None, shard),
+        "tp+rank0_init": (dict(data=1, tensor=world, rank0_init=True), None, lambda b: b),
         "fsdp+graph": (dict(data=1, fsdp=world), None, shard),
         "tp+graph": (dict(data=1, tensor=world), None, lambda b: b),
     }
@@ -72,8 +75,9 @@ def main():
     result, states = {}, {}
     for name, (sizes, checkpointing, local) in cases.items():
         pc = ParallelConfig(world_size=world, **sizes)
-        model, _ = parallelize(tiny_gpt(), pc, build_mesh(pc, "cpu"), torch.device("cpu"),
-                               activation_checkpointing=checkpointing)
+        # rank0_init: the other ranks build on the meta device and receive rank 0's weights
+        model, _ = parallelize(build_on_rank0(tiny_gpt, pc), pc, build_mesh(pc, "cpu"),
+                               torch.device("cpu"), activation_checkpointing=checkpointing)
         if pc.tensor > 1:  # the word embedding (and so the tied head) split by vocabulary
             weight = model.transformer.embeddings.word_embeddings.weight
             result["tp_vocab_split"] = str(weight.placements) + str(weight.to_local().shape)
@@ -88,6 +92,8 @@ def main():
         result[name] = max_diff(states[name], reference)
     if "fsdp" in states:
         result["fsdp_vs_ddp"] = max_diff(states["fsdp"], states["ddp"])
+        result["rank0_init_vs_each_builds"] = max(
+            max_diff(states[f"{s}+rank0_init"], states[s]) for s in ("ddp", "fsdp", "tp"))
     if rank == 0:
         print("RESULT " + json.dumps(result))
     dist.destroy_process_group()

@@ -97,8 +97,24 @@ def test_fsdp_and_tensor_parallel_equal_one_process():
     assert diff["fsdp_vs_ddp"] == 0.0, diff  # FSDP2 reduces the same sums as DDP
     assert diff["fsdp"] < 1e-6 and diff["fsdp+checkpointing"] < 1e-6, diff
     assert diff["tp"] < 1e-5, diff  # vocabulary-split embedding and logits, parallel loss
+    # rank0_init: rank 1 built on the meta device and got rank 0's weights: the same training
+    assert diff["rank0_init_vs_each_builds"] == 0.0, diff
     # graph mode on a sharded model: each block compiled, the FSDP / TP hooks eager between
     assert diff["fsdp+graph"] < 1e-6 and diff["tp+graph"] < 1e-5, diff
     for case in ("fsdp+graph", "tp+graph"):
         assert diff.pop(case + " report").startswith("Graph mode, 2 blocks compiled one by one")
     assert diff.pop("tp_vocab_split") == "(Shard(dim=0),)torch.Size([48, 32])"
+
+
+def test_rank0_init_shares_tied_weights_again_after_to_empty():
+    """A meta model given memory (what ranks > 0 do under rank0_init) keeps its weight tying."""
+    from libai.parallel.apply import _retie, _tied_names
+
+    with torch.device("meta"):
+        model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False))
+        model[1].weight = model[0].weight
+    tied = _tied_names(model)
+    assert tied == [["0.weight", "1.weight"]]
+    model.to_empty(device="cpu")
+    _retie(model, tied)
+    assert model[1].weight is model[0].weight

@@ -1,7 +1,9 @@
 """FSDP2 on two processes (gloo, CPU): sharded checkpoints (libai.checkpoint.sharded), interrupted
 inside an accumulation window and resumed, bit-identical to an uninterrupted run; then the same
 checkpoint resumed by one process (resharded on load). The uninterrupted run saves in the
-background (``async_save``) while it trains on: its shards must hold the state as it was."""
+background (``async_save``) while it trains on: its shards must hold the state as it was. It
+also builds the model on rank 0 only (``rank0_init``): rank 1 receives its part, and the same
+random numbers follow."""
 
 import subprocess
 
@@ -32,9 +34,10 @@ def test_fsdp_resume_inside_an_accumulation_window_is_bit_identical(tmp_path):
     stopping.write_text(CONFIG.format(n=N, k=K, acc=2, hooks=[
         dict(type="resume_ctrl_c.CtrlCAtHook", at=K)]) + FSDP)
 
-    straight = torchrun(tmp_path, plain, tmp_path / "straight", *ASYNC)
+    straight = torchrun(tmp_path, plain, tmp_path / "straight", *ASYNC, "+parallel.rank0_init=True")
     assert straight.returncode == 0, straight.stderr[-3000:]
     assert "FSDP2: parameters, gradients and optimizer state sharded over 2" in straight.stdout
+    assert "rank0_init: rank 0 built the model and sent each process its part" in straight.stdout
     stopped = torchrun(tmp_path, stopping, tmp_path / "resumed")
     assert stopped.returncode != 0, stopped.stderr[-3000:]
     ckpt = load_checkpoint(tmp_path / "resumed" / f"iter_{K}.pth")

@@ -1,4 +1,5 @@
-"""Memory and step time per process: DDP against FSDP2 and FSDP2 + activation checkpointing.
+"""Memory and step time per process: DDP against FSDP2, FSDP2 + activation checkpointing and FSDP2
+with ``rank0_init`` (only rank 0 builds the whole model; the others receive their part).
 
 The model is BERT-base's shape (configs/bert_base.py: 12 layers, hidden 768, 110 M parameters),
 trained with AdamW on synthetic batches of ``--batch`` sequences of ``--seq`` tokens per process.
@@ -10,12 +11,17 @@ Per process, it reports:
 - **state**: bytes of parameters + gradients + optimizer state this process holds (the local
   shards under FSDP): the target is about 1/N of DDP's.
 - **peak**: the process's peak memory: RSS on the CPU (``ru_maxrss``, which includes the Python
-  interpreter and torch's libraries), ``torch.cuda.max_memory_allocated`` on a GPU.
+  interpreter and torch's libraries), ``torch.cuda.max_memory_allocated`` on a GPU; the largest
+  over the processes.
+- **start-up peak, ranks > 0**: the same, measured once the model is built and split, before the
+  first step, on the processes other than rank 0: what ``rank0_init`` saves. (Whether it lowers
+  the run's peak depends on which is larger: a whole fp32 model, 4 bytes per parameter, or what
+  training holds per process, 16 / N bytes per parameter plus activations.)
 - **step**: median seconds per training step after ``--warmup`` steps, and its ratio to DDP's
   measured in the same invocation (> 1: slower than DDP).
 
     python benchmarks/parallel.py [--nproc 2] [--steps 6] [--batch 2] [--seq 128]
-        [--strategies ddp fsdp fsdp+ac] [--device cpu|cuda] [--dtype bfloat16]
+        [--strategies ddp fsdp fsdp+ac fsdp+rank0_init] [--device cpu|cuda] [--dtype bfloat16]
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ STRATEGIES = {
     "ddp": (dict(), None),
     "fsdp": (dict(fsdp=-1), None),
     "fsdp+ac": (dict(fsdp=-1), "blocks"),
+    "fsdp+rank0_init": (dict(fsdp=-1, rank0_init=True), None),
 }
 
 
@@ -45,7 +52,7 @@ def worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     from libai.config import Config
-    from libai.parallel import ParallelConfig, build_mesh, parallelize
+    from libai.parallel import ParallelConfig, build_mesh, build_on_rank0, parallelize
     from libai.registry import MODELS
 
     device = torch.device("cpu")
@@ -60,11 +67,16 @@ def worker(args: argparse.Namespace) -> None:
 
     cfg = Config.fromfile(str(ROOT / "configs" / "bert_base.py"))
     torch.manual_seed(0)
-    model = MODELS.build(cfg.model.to_dict()).to(device)
+    model = build_on_rank0(lambda: MODELS.build(cfg.model.to_dict()), pc)
+    if not pc.rank0_init:
+        model = model.to(device)
     dtype = getattr(torch, args.dtype) if args.dtype else None
     mesh = build_mesh(pc, device.type) if pc.fsdp > 1 else None
     model, _ = parallelize(model, pc, mesh, device, param_dtype=dtype,
                            activation_checkpointing=checkpointing)
+    rss = (lambda: torch.cuda.max_memory_allocated(device) if device.type == "cuda"  # noqa: E731
+           else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    startup = rss()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     g = torch.Generator().manual_seed(dist.get_rank())
     vocab = cfg.model.get("vocab_size", 30522)
@@ -96,9 +108,8 @@ def worker(args: argparse.Namespace) -> None:
                 for p in model.parameters())
     state += sum(local_bytes(v) for s in opt.state.values() for v in s.values()
                  if isinstance(v, torch.Tensor))
-    peak = (torch.cuda.max_memory_allocated(device) if device.type == "cuda"
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    result = dict(rank=dist.get_rank(), state=state, peak=peak, step=statistics.median(times))
+    result = dict(rank=dist.get_rank(), state=state, peak=rss(), startup=startup,
+                  step=statistics.median(times))
     print("RESULT " + json.dumps(result), flush=True)
     dist.destroy_process_group()
 
@@ -136,8 +147,8 @@ def main() -> None:
     rows = {s: launch(args, s) for s in args.strategies}
     base = rows.get("ddp")
     mib = 1 << 20
-    print(f"{'strategy':<10} {'state MiB':>10} {'x DDP':>7} {'peak MiB':>9} {'x DDP':>7} "
-          f"{'step s':>8} {'x DDP':>7}")
+    print(f"{'strategy':<16} {'state MiB':>10} {'x DDP':>7} {'peak MiB':>9} {'x DDP':>7} "
+          f"{'start-up peak, ranks > 0':>25} {'x DDP':>7} {'step s':>8} {'x DDP':>7}")
 
     def ratio(value: float, key: str) -> float:
         return value / max(r[key] for r in base) if base else float("nan")
@@ -145,9 +156,11 @@ def main() -> None:
     for name, per_rank in rows.items():
         state = max(r["state"] for r in per_rank)
         peak = max(r["peak"] for r in per_rank)
+        others = max((r["startup"] for r in per_rank if r["rank"] > 0), default=float("nan"))
         step = max(r["step"] for r in per_rank)
-        print(f"{name:<10} {state / mib:>10.1f} {ratio(state, 'state'):>7.2f} {peak / mib:>9.1f} "
-              f"{ratio(peak, 'peak'):>7.2f} {step:>8.3f} {ratio(step, 'step'):>7.2f}")
+        print(f"{name:<16} {state / mib:>10.1f} {ratio(state, 'state'):>7.2f} {peak / mib:>9.1f} "
+              f"{ratio(peak, 'peak'):>7.2f} {others / mib:>25.1f} {ratio(others, 'startup'):>7.2f} "
+              f"{step:>8.3f} {ratio(step, 'step'):>7.2f}")
 
 
 if __name__ == "__main__":

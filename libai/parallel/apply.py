@@ -198,10 +198,37 @@ def build_on_rank0(build: Callable[[], nn.Module], pc: ParallelConfig) -> nn.Mod
     """``build()`` on rank 0; on the other ranks under ``torch.device("meta")`` when
     ``pc.rank0_init`` (shapes only: no memory, no random numbers drawn). :func:`parallelize`
     then gives every rank its part of rank 0's weights."""
-    if not (pc.rank0_init and pc.world_size > 1) or _rank() == 0:
+    if not (pc.rank0_init and pc.world_size > 1):
         return build()
-    with torch.device("meta"):
-        return build()
+    if _rank() == 0:
+        model, found = build(), []
+    else:
+        with torch.device("meta"):
+            model = build()
+        found = _plain_tensors(model)
+    found = [name for names in _all_gather(found) for name in names]  # every rank stops alike
+    if found:
+        raise ConfigError(
+            f"parallel.rank0_init: {type(model).__name__} keeps tensors that are neither "
+            f"parameters nor buffers ({', '.join(sorted(set(found)))}), so rank 0 cannot send "
+            f"them. Register each one as a buffer (self.register_buffer(name, tensor, "
+            f"persistent=False)), or set parallel.rank0_init=False.")
+    return model
+
+
+def _plain_tensors(model: nn.Module) -> list[str]:
+    """Attributes holding a tensor that is neither a parameter nor a buffer."""
+    return [f"{name}.{attr}" if name else attr for name, module in model.named_modules()
+            for attr, value in vars(module).items()
+            if isinstance(value, torch.Tensor)]
+
+
+def _all_gather(value: Any) -> list[Any]:
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return out
 
 
 def _host_copy(model: nn.Module) -> tuple[dict, dict]:

@@ -17,6 +17,7 @@ from libai.model.graph import GraphModule
 from libai.model.zoo.gpt import GPTForCausalLM
 from libai.optim.clip import clip_grad_norm_
 from libai.parallel import ParallelConfig, build_mesh, build_on_rank0, find_blocks, parallelize
+from libai.utils.errors import ConfigError
 
 STEPS, BATCH, SEQ = 3, 4, 16
 
@@ -25,6 +26,13 @@ def tiny_gpt() -> GPTForCausalLM:
     torch.manual_seed(0)
     return GPTForCausalLM(vocab_size=96, hidden_size=32, num_layers=2, num_heads=4,
                           max_position_embeddings=SEQ, hidden_dropout=0.0, attention_dropout=0.0)
+
+
+class WithPlainTensor(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+        self.lin.scale = torch.ones(2)  # neither a parameter nor a buffer
 
 
 def batches():
@@ -94,6 +102,10 @@ def main():
         result["fsdp_vs_ddp"] = max_diff(states["fsdp"], states["ddp"])
         result["rank0_init_vs_each_builds"] = max(
             max_diff(states[f"{s}+rank0_init"], states[s]) for s in ("ddp", "fsdp", "tp"))
+    try:  # a tensor kept outside parameters and buffers cannot be sent: every rank says so
+        build_on_rank0(WithPlainTensor, ParallelConfig(world_size=world, data=world, rank0_init=True))
+    except ConfigError as e:
+        result["plain tensor"] = str(e)
     if rank == 0:
         print("RESULT " + json.dumps(result))
     dist.destroy_process_group()

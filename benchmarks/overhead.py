@@ -50,10 +50,10 @@ from torch.utils.data import DataLoader
 
 from libai.data import DefaultSampler
 from libai.hooks import LoggerHook
-from libai.hooks.log_backends import BaseLogBackend
 from libai.runner import Runner
 from libai.testing import ToyDataset, ToyModel
 from libai.utils.run_layout import wait_for_plots
+from libai.visualization.backends import BaseLogBackend
 
 SEED, BATCH, SAMPLES = 0, 16, 512
 MODEL = dict(in_features=16, num_classes=4, hidden=32)

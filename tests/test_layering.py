@@ -19,6 +19,7 @@ LAYER = {
     "data": 2,
     "parallel": 2,
     "testing": 2,
+    "visualization": 2,
     "hooks": 3,
     "loops": 3,
     "runner": 4,

@@ -15,7 +15,6 @@ from .empty_cache_hook import EmptyCacheHook
 from .histogram_hook import HistogramHook  # noqa: F401 - registers it in HOOKS
 from .hook import PRIORITIES, STAGES, Hook, get_priority
 from .iter_timer_hook import IterTimerHook
-from .log_backends import BaseLogBackend, JsonlBackend, TensorboardBackend
 from .logger_hook import LoggerHook
 from .nonfinite_loss_hook import NonFiniteLossHook
 from .optuna_pruning_hook import OptunaPruningHook  # noqa: F401 - registers it in HOOKS
@@ -24,13 +23,11 @@ from .profiler_hook import ProfilerHook  # noqa: F401 - registers it in HOOKS
 from .runtime_info_hook import RuntimeInfoHook
 from .sampler_seed_hook import DistSamplerSeedHook
 from .throughput_hook import ThroughputHook  # noqa: F401 - registers it in HOOKS
-from .trackers import MLflowBackend, WandbBackend  # noqa: F401 - registers them in LOG_BACKENDS
 
 __all__ = [
     "DEFAULT_HOOKS",
     "PRIORITIES",
     "STAGES",
-    "BaseLogBackend",
     "CheckpointHook",
     "DistSamplerSeedHook",
     "DumpPredictionsHook",
@@ -39,12 +36,10 @@ __all__ = [
     "EmptyCacheHook",
     "Hook",
     "IterTimerHook",
-    "JsonlBackend",
     "LoggerHook",
     "NonFiniteLossHook",
     "ParamSchedulerHook",
     "RuntimeInfoHook",
-    "TensorboardBackend",
     "get_priority",
 ]
 

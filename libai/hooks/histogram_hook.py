@@ -7,9 +7,9 @@ from typing import Any
 
 from libai.registry import HOOKS
 from libai.utils.errors import ConfigError
+from libai.visualization.backends import BaseLogBackend, Histogram
 
 from .hook import Hook
-from .log_backends import BaseLogBackend, Histogram
 
 __all__ = ["HistogramHook"]
 

@@ -7,7 +7,6 @@ import logging
 import math
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -17,17 +16,18 @@ import torch
 from libai.registry import HOOKS, LOG_BACKENDS
 from libai.utils.dist import all_reduce_mean
 from libai.utils.errors import ConfigError
-
-from ._interval_sums import RunningSum
-from ._progress import ProgressBar
-from .hook import Hook
-from .log_backends import (
+from libai.visualization.backends import (
     BaseLogBackend,
     JsonlBackend,
     default_backends,
     log_run_config,
     log_run_summary,
 )
+from libai.visualization.plots import draw_in_background, plot_scalars, saved_message
+from libai.visualization.progress import ProgressBar
+
+from ._interval_sums import RunningSum
+from .hook import Hook
 
 __all__ = ["LoggerHook"]
 
@@ -161,7 +161,7 @@ class LoggerHook(Hook):
         self._bar.stop()
         if runner.rank != 0 or not self._opened:
             return
-        log_run_summary(self.backends, runner, self._final)
+        log_run_summary(self.backends, self._final, _best_checkpoint(runner))
         for backend in self.backends:
             backend.close()
         self._opened = False
@@ -181,7 +181,9 @@ class LoggerHook(Hook):
         for backend in self.backends:
             backend.open(target, resume_step=resume_step)
         self._opened = True
-        log_run_config(self.backends, runner)
+        log_run_config(self.backends, getattr(runner, "cfg", None),
+                       experiment_name=getattr(runner, "experiment_name", None),
+                       run_name=getattr(runner, "timestamp", None))
 
     def before_save_checkpoint(self, runner: Any, checkpoint: Any = None) -> None:
         # the scalars on disk then reach every checkpoint a later run may resume from
@@ -348,16 +350,11 @@ class LoggerHook(Hook):
             return
         out_dir = os.path.join(os.path.dirname(jsonl.path), "plots")
         if self.plot != "wait":  # drawn by a process of its own: the run ends without waiting
-            log_file = _log_file(runner)
-            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_plots.py")
             again = self.plot_process is not None  # the test after training: draw with its rows
             if again and self.plot_process.poll() is None:
                 self.plot_process.terminate()  # superseded; its PNGs are written atomically
             try:
-                self.plot_process = subprocess.Popen(
-                    [sys.executable, script, jsonl.path, out_dir, *([log_file] if log_file else [])],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                    start_new_session=True)  # a Ctrl-C at the terminal does not stop it
+                self.plot_process = draw_in_background(jsonl.path, out_dir, _log_file(runner))
             except OSError as e:
                 runner.logger.warning(f"LoggerHook: could not start the plot process ({e}).")
                 return
@@ -366,8 +363,6 @@ class LoggerHook(Hook):
                     f"Plots of the scalars: drawing {os.path.join(out_dir, 'overview.png')} and "
                     f"one PNG per scalar in the background.")
             return
-        from ._plots import plot_scalars, saved_message
-
         try:
             paths = plot_scalars(jsonl.path, out_dir)
         except Exception as e:  # a plot must never fail a finished run
@@ -377,6 +372,19 @@ class LoggerHook(Hook):
             return
         if paths:
             runner.logger.info(saved_message(paths))
+
+
+def _best_checkpoint(runner: Any) -> dict | None:
+    """CheckpointHook's best checkpoint (absolute path, metric, score), for the backends' summary;
+    None without ``save_best``."""
+    from .checkpoint_hook import CheckpointHook
+
+    best = None
+    for hook in getattr(runner, "hooks", ()):
+        if isinstance(hook, CheckpointHook) and hook.best_file:
+            best = {"checkpoint": os.path.abspath(os.path.join(runner.work_dir, hook.best_file)),
+                    "metric": hook.best_metric, "score": hook.best_score}
+    return best
 
 
 def _log_file(runner: Any) -> str | None:

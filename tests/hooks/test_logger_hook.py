@@ -7,16 +7,11 @@ import sys
 import pytest
 import torch
 
-from libai.hooks import (
-    IterTimerHook,
-    JsonlBackend,
-    LoggerHook,
-    RuntimeInfoHook,
-    TensorboardBackend,
-    log_backends,
-)
+from libai.hooks import IterTimerHook, LoggerHook, RuntimeInfoHook
 from libai.registry import HOOKS
 from libai.utils.errors import BuildError, ConfigError
+from libai.visualization import JsonlBackend, TensorboardBackend
+from libai.visualization import backends as vis_backends
 
 
 def _rows(runner, folder="series_dir"):
@@ -165,13 +160,13 @@ def test_tensorboard_events(make_runner, run_iters):
 
 def test_tensorboard_missing_warns_once(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorboard.compat.proto.event_pb2", None)
-    monkeypatch.setattr(log_backends, "_tb_warned", False)
+    monkeypatch.setattr(vis_backends, "_tb_warned", False)
     # a handler of our own: caplog's reaches a non-propagating logger only if pytest attached it
     # there, which depends on what earlier tests did to the logger
     records = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = records.append
-    log_backends._logger.addHandler(handler)
+    vis_backends._logger.addHandler(handler)
     try:
         for _ in range(2):
             backend = TensorboardBackend()
@@ -179,7 +174,7 @@ def test_tensorboard_missing_warns_once(tmp_path, monkeypatch):
             backend.add_scalars({"a": 1.0}, 1)
             backend.close()
     finally:
-        log_backends._logger.removeHandler(handler)
+        vis_backends._logger.removeHandler(handler)
     warnings = [r.getMessage() for r in records if "TensorBoard logging is off" in r.getMessage()]
     assert len(warnings) == 1 and "pip install tensorboard" in warnings[0]
 
@@ -213,7 +208,7 @@ def test_backends_write_on_flush_checkpoint_and_close(make_runner, run_iters):
 
 def test_backend_flushes_after_flush_secs(tmp_path, monkeypatch):
     clock = [100.0]
-    monkeypatch.setattr(log_backends.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(vis_backends.time, "monotonic", lambda: clock[0])
     backend = JsonlBackend(flush_secs=5)
     backend.open(str(tmp_path))
     backend.add_scalars({"a": 1.0}, 1)

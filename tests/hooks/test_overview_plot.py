@@ -3,11 +3,14 @@ scalar family."""
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
 from libai.hooks import IterTimerHook, LoggerHook
-from libai.hooks._plots import OVERVIEW, overview_figure, overview_panels, plot_scalars
+from libai.visualization import plots as plots_module
+from libai.visualization.plots import OVERVIEW, overview_figure, overview_panels, plot_scalars
 
 pytest.importorskip("matplotlib")
 
@@ -97,3 +100,21 @@ def test_logger_hook_saves_and_names_the_overview_first(make_runner, run_iters):
     assert os.path.getsize(os.path.join(plots, OVERVIEW)) > 1000
     # loss, lr, time, grad_norm, val_accuracy
     assert f"Saved {OVERVIEW} and 5 plot(s) in {plots}" in runner.messages
+
+
+def test_the_plot_script_imports_neither_torch_nor_libai(tmp_path):
+    """LoggerHook runs plots.py as a file in a background process, which must import the
+    standard library and matplotlib only (no torch, no libai)."""
+    jsonl = tmp_path / "scalars.jsonl"
+    _write_jsonl(jsonl, [{"step": s, "train/loss": 1.0 / s} for s in STEPS])
+    log = tmp_path / "run.log"
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", plots_module.__file__, str(jsonl),
+         str(tmp_path / "plots"), str(log)],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "matplotlib" in imported
+    assert not {m for m in imported if m.split(".")[0] in ("torch", "libai")}
+    assert f"Saved {OVERVIEW} and 1 plot(s) in {tmp_path / 'plots'}" in log.read_text()

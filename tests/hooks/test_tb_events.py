@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from libai.hooks._tb_events import EventFileWriter, crc32c, masked_crc32c
+from libai.visualization.tb_events import EventFileWriter, crc32c, masked_crc32c
 
 
 def test_crc32c_matches_the_standard_and_tensorboard():

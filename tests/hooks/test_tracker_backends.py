@@ -15,11 +15,12 @@ import torch
 
 from libai.hooks import LoggerHook
 from libai.hooks.histogram_hook import HistogramHook
-from libai.hooks.log_backends import Histogram, TensorboardBackend, flatten_config
-from libai.hooks.trackers import MLflowBackend, WandbBackend
 from libai.runner import Runner
 from libai.testing import toy_config
 from libai.utils.errors import ConfigError
+from libai.visualization.backends import Histogram, TensorboardBackend, flatten_config
+from libai.visualization.mlflow_backend import MLflowBackend
+from libai.visualization.wandb_backend import WandbBackend
 
 
 def _tracker_env(mp, tmp):

@@ -88,7 +88,7 @@ class EventFileWriter:
             tag: Its name.
             hist: Has ``counts`` (per bucket), ``edges`` (one more than ``counts``) and the
                 ``min``, ``max``, ``num``, ``sum`` and ``sum_squares`` of the values, like
-                ``log_backends.Histogram``.
+                ``backends.Histogram``.
             step: The step.
             wall_time: Defaults to None (now).
         """

@@ -1,10 +1,11 @@
 """PNG plots of a run's scalars, drawn from its scalars.jsonl at the end of the run: one overview
 page (``overview.png``) and one PNG per scalar family.
 
-Also a script: ``python _plots.py SCALARS_JSONL OUT_DIR [LOG_FILE]`` draws them and appends the
-"Saved ..." line to LOG_FILE. The LoggerHook runs it as a background process, so that a finished
-run does not wait for matplotlib (about 0.3 s to import, 0.1 s a page). It imports nothing but
-the standard library and matplotlib: run as a file, it does not import torch or libai.
+Also a script: ``python plots.py SCALARS_JSONL OUT_DIR [LOG_FILE]`` draws them and appends the
+"Saved ..." line to LOG_FILE. The LoggerHook runs it as a background process
+(:func:`draw_in_background`), so that a finished run does not wait for matplotlib (about 0.3 s
+to import, 0.1 s a page). It imports nothing but the standard library and matplotlib: run as a
+file, it does not import torch or libai.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import re
 from collections import defaultdict
 from typing import Any
 
-__all__ = ["OVERVIEW", "family_of", "overview_figure", "overview_panels", "plot_scalars",
-           "saved_message"]
+__all__ = ["OVERVIEW", "draw_in_background", "family_of", "overview_figure", "overview_panels",
+           "plot_scalars", "saved_message"]
 
 OVERVIEW = "overview.png"
 Series = dict[str, tuple[list[int], list[float]]]
@@ -156,6 +157,20 @@ def saved_message(paths: list[str]) -> str:
     overview = os.path.basename(paths[0]) == OVERVIEW
     first = f"{OVERVIEW} and " if overview else ""
     return f"Saved {first}{len(paths) - overview} plot(s) in {os.path.dirname(paths[0])}"
+
+
+def draw_in_background(jsonl_path: str, out_dir: str, log_file: str | None = None) -> Any:
+    """Run this file as a script (:func:`plot_scalars`, then the "Saved ..." line appended to
+    ``log_file``) in a process of its own, in a new session: a Ctrl-C at the terminal does not
+    stop it. Returns its ``subprocess.Popen``; raises OSError if it cannot start."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), jsonl_path, out_dir,
+         *([log_file] if log_file else [])],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
 
 
 def _main(argv: list[str]) -> int:

@@ -1,5 +1,6 @@
-"""Where LoggerHook writes scalars: a JSON-lines file, TensorBoard event files, and the
-experiment trackers Weights & Biases and MLflow (optional dependencies).
+"""Where LoggerHook writes scalars: a JSON-lines file and TensorBoard event files (here), and the
+experiment trackers Weights & Biases and MLflow (optional dependencies, in ``wandb_backend.py``
+and ``mlflow_backend.py``).
 
 A backend is opened once per run with the folder of the run's series (its own run folder, or
 after a resume the folder of the series it continues) and the last iteration the restored state
@@ -34,6 +35,8 @@ __all__ = [
     "TensorboardBackend",
     "default_backends",
     "flatten_config",
+    "log_run_config",
+    "log_run_summary",
 ]
 
 _logger = logging.getLogger("libai")
@@ -279,7 +282,7 @@ _tb_warned = False
 class TensorboardBackend(_BatchedBackend):
     """TensorBoard event files (``events.out.tfevents.*``) in ``<log dir>/<dirname>``.
 
-    Written by libai's own event writer (``_tb_events.EventFileWriter``): the same records as
+    Written by libai's own event writer (``tb_events.EventFileWriter``): the same records as
     ``torch.utils.tensorboard.SummaryWriter``, framed in the training thread instead of a writer
     thread that competes with training for the GIL. After a resume the file starts with a purge
     marker at ``resume_step + 1``: TensorBoard then hides what an earlier attempt logged past the
@@ -302,7 +305,7 @@ class TensorboardBackend(_BatchedBackend):
 
     def open(self, log_dir: str, resume_step: int | None = None) -> None:
         global _tb_warned
-        from ._tb_events import EventFileWriter
+        from .tb_events import EventFileWriter
 
         self.log_dir = os.path.join(log_dir, self.dirname)
         purge = None if resume_step is None else resume_step + 1
@@ -343,33 +346,33 @@ class TensorboardBackend(_BatchedBackend):
             self._writer = None
 
 
-def log_run_config(backends: list[BaseLogBackend], runner: Any) -> None:
-    """Give the run's config and names to the backends that take them (LoggerHook, once the
-    backends are open)."""
+def log_run_config(
+    backends: list[BaseLogBackend],
+    config: Any,
+    *,
+    experiment_name: str | None = None,
+    run_name: str | None = None,
+) -> None:
+    """Give the run's config and names (see :meth:`BaseLogBackend.log_config`) to the backends
+    that take them (LoggerHook, once the backends are open). ``config`` is a ``Config``
+    (converted with ``to_dict()`` only if a backend takes it), a mapping or None."""
     takers = [b for b in backends if type(b).log_config is not BaseLogBackend.log_config]
     if not takers:
         return
-    cfg = getattr(runner, "cfg", None)
-    config = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg or {})
+    config = config.to_dict() if hasattr(config, "to_dict") else dict(config or {})
     for backend in takers:
-        backend.log_config(config, experiment_name=getattr(runner, "experiment_name", None),
-                           run_name=getattr(runner, "timestamp", None))
+        backend.log_config(config, experiment_name=experiment_name, run_name=run_name)
 
 
-def log_run_summary(backends: list[BaseLogBackend], runner: Any, metrics: Mapping[str, float]) -> None:
-    """Give the final values and the best checkpoint (CheckpointHook's) to the backends that
-    take them (LoggerHook, before closing them). A failure is logged, never raised: the
-    backends must still close."""
+def log_run_summary(
+    backends: list[BaseLogBackend],
+    metrics: Mapping[str, float],
+    best: Mapping[str, Any] | None = None,
+) -> None:
+    """Give the final values and the best checkpoint (see :meth:`BaseLogBackend.log_summary`)
+    to the backends that take them (LoggerHook, before closing them). A failure is logged,
+    never raised: the backends must still close."""
     takers = [b for b in backends if type(b).log_summary is not BaseLogBackend.log_summary]
-    if not takers:
-        return
-    from .checkpoint_hook import CheckpointHook
-
-    best = None
-    for hook in getattr(runner, "hooks", ()):
-        if isinstance(hook, CheckpointHook) and hook.best_file:
-            best = {"checkpoint": os.path.abspath(os.path.join(runner.work_dir, hook.best_file)),
-                    "metric": hook.best_metric, "score": hook.best_score}
     for backend in takers:
         try:
             backend.log_summary(dict(metrics), best)

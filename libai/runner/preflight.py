@@ -24,6 +24,7 @@ __all__ = [
     "TORCHRUN_VARS",
     "preflight",
     "check_watched_metrics",
+    "check_model_type",
     "check_count",
     "check_choice",
     "check_torchrun_env",
@@ -68,6 +69,11 @@ def preflight(cfg: Any, fast_dev_run: Any = 0) -> None:
     for key in ("experiment_name",):
         if cfg.get(key) is not None and not isinstance(cfg.get(key), str):
             raise ConfigError(f"{key}={cfg.get(key)!r}: expected a string.")
+    ac = cfg.get("activation_checkpointing")
+    if not (ac in (None, False, True, "blocks")
+            or (isinstance(ac, Mapping) and set(ac) == {"modules"})):
+        raise ConfigError(f"activation_checkpointing={ac!r}: expected None, 'blocks' or "
+                          f"dict(modules=['BlockClassName', ...]).")
     for key in ("model_wrapper_cfg", "env_cfg"):
         if cfg.get(key) is not None and not isinstance(cfg.get(key), Mapping):
             raise ConfigError(f"{key}={cfg.get(key)!r}: expected a dict.")
@@ -247,3 +253,14 @@ def check_watched_metrics(runner: Any) -> None:
         set_rng_state(rng)
     for name, hook in watched.items():
         lookup_metric(dict.fromkeys(names, 0.0), name, f"{hook} (checked before training)")
+
+
+def check_model_type(cfg: Any) -> None:
+    """The model's ``type`` resolves (after ``custom_imports``): a typo is one line with the
+    closest registered name before the run writes anything. The other parts name theirs when
+    they are built."""
+    from libai.registry import MODELS
+
+    model = cfg.get("model")
+    if isinstance(model, Mapping) and "type" in model:
+        MODELS.get(model["type"], path="model")

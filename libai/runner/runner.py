@@ -28,7 +28,7 @@ from libai.utils.message_hub import MessageHub
 from . import build, env, imports, preemption
 from .checkpointing import CheckpointMixin
 from .distribute import build_model, distribute_model
-from .preflight import check_watched_metrics, preflight
+from .preflight import check_model_type, check_watched_metrics, preflight
 
 __all__ = ["Runner"]
 
@@ -50,6 +50,7 @@ class Runner(CheckpointMixin):
         build.validate_top_level(cfg)
         preflight(cfg, fast_dev_run)
         imports.import_custom_modules(cfg.get("custom_imports"), cfg.filename)
+        check_model_type(cfg)
         cfg.freeze()
         self.cfg = cfg
         self.fast_dev_run = int(fast_dev_run)
@@ -60,6 +61,7 @@ class Runner(CheckpointMixin):
 
         env.init_distributed(dict(cfg.get("env_cfg") or {}))
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.parallel = parse_parallel(cfg.get("parallel"), self.world_size)  # before any file
         self.device = env.select_device(cfg.get("device"))
         randomness = dict(cfg.get("randomness") or {})
         self.seed = env.seed_everything(randomness)
@@ -76,7 +78,6 @@ class Runner(CheckpointMixin):
         if dist.is_main_process():
             self._dump_config(os.path.join(self.log_dir, "config.py"))
 
-        self.parallel = parse_parallel(cfg.get("parallel"), self.world_size)
         self.unwrapped_model = build_model(cfg, self.parallel, self.device,
                                            same_seed=not self._diff_rank_seed)
         self.model = self._wrap(self.unwrapped_model)

@@ -17,7 +17,7 @@ from libai.registry import Registry
 from libai.runner import Runner
 from libai.runner.preflight import check_device, check_torchrun_env
 from libai.testing import toy_config
-from libai.utils.errors import BuildError, CheckpointError, ConfigError, LibaiError
+from libai.utils.errors import BuildError, CheckpointError, ConfigError, LibaiError, RegistryError
 from libai.utils.paths import check_output_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,9 +41,18 @@ def _refused(tmp_path, error=ConfigError, **overrides) -> str:
     ("randomness", {"seed": "zero"}, "randomness.seed='zero'"),
     ("resume_options", {"damaged": "delete"}, "resume_options.damaged='delete'"),
     ("resume_options", {"alow_changes": []}, "Did you mean 'allow_changes'?"),
+    ("activation_checkpointing", "block", "activation_checkpointing='block': expected None, "
+                                          "'blocks' or dict(modules="),
+    ("parallel", {"fdsp": 2}, "parallel has an unknown key 'fdsp'. Did you mean 'fsdp'?"),
+    ("parallel", {"fsdp": 2}, "fsdp=2 x tensor=1 = 2 does not divide the 1 process(es)"),
 ])
 def test_bad_values_are_refused_before_anything_is_built(tmp_path, key, value, expected):
     assert expected in _refused(tmp_path, **{key: value})
+
+
+def test_unknown_model_type_is_refused_before_the_run_folder_exists(tmp_path):
+    message = _refused(tmp_path, RegistryError, model=dict(type="ToyModle"))
+    assert message.startswith("model.type='ToyModle'") and "Did you mean 'ToyModel'" in message
 
 
 def test_negative_fast_dev_run_is_refused(tmp_path):

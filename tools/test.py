@@ -8,6 +8,7 @@ import argparse
 
 from libai.config import Config, add_cfg_options_argument
 from libai.runner import Runner
+from libai.runner.preflight import check_input_path
 from libai.utils.cli import run_cli
 from libai.utils.dist import destroy_dist
 from libai.utils.paths import check_output_path
@@ -31,6 +32,7 @@ def main(argv=None):
     cfg.merge_from_options(args.cfg_options or {})
     if args.work_dir:
         cfg.work_dir = args.work_dir
+    check_input_path("checkpoint", args.checkpoint)  # named as the user gave it
     cfg.load_from = args.checkpoint
     cfg.resume = False
     if args.dump:

@@ -25,6 +25,7 @@ __all__ = [
     "preflight",
     "check_watched_metrics",
     "check_model_type",
+    "check_input_path",
     "check_count",
     "check_choice",
     "check_torchrun_env",
@@ -54,13 +55,13 @@ def preflight(cfg: Any, fast_dev_run: Any = 0) -> None:
     check_device(cfg.get("device"))
     check_choice("log_level", cfg.get("log_level") or "INFO", LOG_LEVELS, upper=True)
     check_compile(cfg.get("compile"))
-    _check_input_path("load_from", cfg.get("load_from"))
+    check_input_path("load_from", cfg.get("load_from"))
     resume = cfg.get("resume")
     if resume is not None and not isinstance(resume, (bool, str)):
         raise ConfigError(f"resume={resume!r}: expected True (the latest checkpoint in work_dir), "
                           f"False, or a checkpoint path.")
     if isinstance(resume, str):
-        _check_input_path("resume", resume)
+        check_input_path("resume", resume)
     _check_resume_options(cfg.get("resume_options"))
     _check_randomness(cfg.get("randomness"))
     wrapper = cfg.get("optim_wrapper")
@@ -184,8 +185,8 @@ def check_compile(value: Any) -> None:
         check_choice("compile.mode", mode, ("default", *modes))
 
 
-def _check_input_path(key: str, value: Any) -> None:
-    """``load_from`` / ``resume``: a file (or a Hugging Face folder for load_from) that exists."""
+def check_input_path(key: str, value: Any) -> None:
+    """``load_from`` / ``resume`` (or a tool's argument named ``key``): a file (or a Hugging Face folder for load_from) that exists."""
     if value is None or value is False:
         return
     path = value.get("path") if isinstance(value, Mapping) else value

@@ -135,6 +135,15 @@ def test_test_tool_checks_dump_path_before_evaluating(tmp_path):
     assert not work.exists()  # no run was even started
 
 
+def test_test_tool_names_its_checkpoint_argument_and_the_close_file(tmp_path):
+    (tmp_path / "iter_10.pth").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"^checkpoint='.*iter_10\.ph': no such file\. "
+                                              r"Did you mean 'iter_10\.pth'\?"):
+        _load_tool("test").main([str(ROOT / "configs/digits_mlp.py"), str(tmp_path / "iter_10.ph"),
+                                 "--work-dir", str(tmp_path / "work")])
+    assert not (tmp_path / "work").exists()
+
+
 def test_cli_prints_one_line_and_exits_2_for_a_half_set_torchrun_env(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "MASTER_ADDR",
                                                              "MASTER_PORT")}

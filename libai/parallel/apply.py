@@ -163,6 +163,11 @@ def parallelize(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torch.d
         ddp_kwargs: Extra DistributedDataParallel arguments (``model_wrapper_cfg``).
     """
     lines = [pc.describe()]
+    if pc.cpu_offload and (pc.fsdp == 1 or device.type == "cpu"):
+        why = ("is an FSDP option: set parallel.fsdp too" if pc.fsdp == 1 else
+               "moves parameters and optimizer state from the GPU to the host, and this run is on "
+               "the CPU already: leave it out")
+        raise ConfigError(f"parallel.cpu_offload=True {why}.")
     rank0_init = pc.rank0_init and pc.world_size > 1
     if rank0_init:  # split on the meta device; rank 0 keeps its whole weights on the host
         tied = _tied_names(model)
@@ -182,8 +187,8 @@ def parallelize(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torch.d
         _fully_shard(model, pc, mesh, param_dtype)
         lines.append(f"FSDP2: parameters, gradients and optimizer state sharded over {pc.fsdp} "
                      f"processes" + (f", replicated {pc.data} times" if pc.data > 1 else ""))
-    if rank0_init:
-        model.to_empty(device=device)
+    if rank0_init:  # FSDP's CPU offload keeps the parameters on the host
+        model.to_empty(device="cpu" if pc.cpu_offload else device)
         _retie(model, tied)
         _receive_from_rank0(model, *whole, sharded=pc.fsdp > 1 or pc.tensor > 1)
         lines.append("rank0_init: rank 0 built the model and sent each process its part")

@@ -121,3 +121,16 @@ def test_rank0_init_shares_tied_weights_again_after_to_empty():
     model.to_empty(device="cpu")
     _retie(model, tied)
     assert model[1].weight is model[0].weight
+
+
+@pytest.mark.parametrize("sizes, message", [
+    (dict(data=1, fsdp=2), "moves parameters and optimizer state from the GPU to the host, and "
+                           "this run is on the CPU already"),
+    (dict(data=2), "is an FSDP option: set parallel.fsdp too"),
+])
+def test_cpu_offload_where_it_cannot_apply_is_one_line(sizes, message):
+    from libai.parallel import parallelize
+
+    pc = ParallelConfig(world_size=2, cpu_offload=True, **sizes)
+    with pytest.raises(ConfigError, match=message):  # before any mesh or collective is needed
+        parallelize(torch.nn.Linear(2, 2), pc, None, torch.device("cpu"))

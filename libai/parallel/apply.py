@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from libai.utils import dist
 from libai.utils.errors import ConfigError
 from libai.utils.suggest import did_you_mean
 
@@ -168,10 +169,10 @@ def parallelize(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torch.d
                "moves parameters and optimizer state from the GPU to the host, and this run is on "
                "the CPU already: leave it out")
         raise ConfigError(f"parallel.cpu_offload=True {why}.")
-    rank0_init = pc.rank0_init and pc.world_size > 1
+    rank0_init = pc.splits_from_rank0
     if rank0_init:  # split on the meta device; rank 0 keeps its whole weights on the host
         tied = _tied_names(model)
-        whole = _host_copy(model) if _rank() == 0 else ({}, {})
+        whole = _host_copy(model) if dist.get_rank() == 0 else ({}, {})
         model.to("meta")
     wrapped = apply_activation_checkpointing(model, activation_checkpointing, pc.blocks)
     if wrapped:
@@ -203,15 +204,15 @@ def build_on_rank0(build: Callable[[], nn.Module], pc: ParallelConfig) -> nn.Mod
     """``build()`` on rank 0; on the other ranks under ``torch.device("meta")`` when
     ``pc.rank0_init`` (shapes only: no memory, no random numbers drawn). :func:`parallelize`
     then gives every rank its part of rank 0's weights."""
-    if not (pc.rank0_init and pc.world_size > 1):
+    if not pc.splits_from_rank0:
         return build()
-    if _rank() == 0:
+    if dist.get_rank() == 0:
         model, found = build(), []
     else:
         with torch.device("meta"):
             model = build()
         found = _plain_tensors(model)
-    found = [name for names in _all_gather(found) for name in names]  # every rank stops alike
+    found = [name for names in dist.all_gather_object(found) for name in names]  # all stop alike
     if found:
         raise ConfigError(
             f"parallel.rank0_init: {type(model).__name__} keeps tensors that are neither "
@@ -228,14 +229,6 @@ def _plain_tensors(model: nn.Module) -> list[str]:
             if isinstance(value, torch.Tensor)]
 
 
-def _all_gather(value: Any) -> list[Any]:
-    import torch.distributed as dist
-
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, value)
-    return out
-
-
 def _host_copy(model: nn.Module) -> tuple[dict, dict]:
     """Rank 0's state dict and all its buffers (non-persistent ones too), on the host."""
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
@@ -247,9 +240,7 @@ def _receive_from_rank0(model: nn.Module, state: dict, buffers: dict, sharded: b
     """Fill the model (given memory by ``to_empty`` on every rank) with rank 0's values: each
     process its part of the parameters when they are split, whole ones otherwise, and every
     buffer."""
-    import torch.distributed as dist
-
-    main = _rank() == 0
+    main = dist.get_rank() == 0
     if sharded:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
@@ -259,12 +250,12 @@ def _receive_from_rank0(model: nn.Module, state: dict, buffers: dict, sharded: b
         if main:
             model.load_state_dict(state)
         for param in model.parameters():
-            dist.broadcast(param.data, src=0)
+            torch.distributed.broadcast(param.data, src=0)
     with torch.no_grad():
         for name, buffer in model.named_buffers():  # non-persistent ones are not in the state
             if main:
                 buffer.copy_(buffers[name])
-            dist.broadcast(buffer, src=0)
+            torch.distributed.broadcast(buffer, src=0)
 
 
 def _tied_names(model: nn.Module) -> list[list[str]]:
@@ -282,12 +273,6 @@ def _retie(model: nn.Module, tied: list[list[str]]) -> None:
         for name in others:
             owner, _, attr = name.rpartition(".")
             setattr(model.get_submodule(owner) if owner else model, attr, param)
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_initialized() else 0
 
 
 def _fully_shard(model: nn.Module, pc: ParallelConfig, mesh: Any,

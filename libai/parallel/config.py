@@ -58,6 +58,11 @@ class ParallelConfig:
         return self.data * self.fsdp
 
     @property
+    def splits_from_rank0(self) -> bool:
+        """``rank0_init`` applies: several processes, of which only rank 0 builds the model."""
+        return self.rank0_init and self.world_size > 1
+
+    @property
     def strategy(self) -> str:
         """A short name for the log: "single", "ddp", "fsdp", "hsdp", "tp", "fsdp+tp", ..."""
         parts = []

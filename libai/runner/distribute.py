@@ -42,7 +42,7 @@ def build_model(cfg: Any, pc: ParallelConfig, device: torch.device,
     from .build import build_model as build
 
     model = build_on_rank0(lambda: build(cfg.model), pc)
-    if not (pc.rank0_init and pc.world_size > 1):
+    if not pc.splits_from_rank0:
         return model.to(device)
     if same_seed:
         set_rng_state(dist.broadcast_object(get_rng_state()))

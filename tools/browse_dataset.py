@@ -50,6 +50,7 @@ from libai.runner.build import build_loader
 from libai.runner.env import seed_everything
 from libai.runner.imports import import_custom_modules
 from libai.utils.cli import run_cli
+from libai.utils.dist import DataParallel
 from libai.utils.errors import ConfigError, DataError
 from libai.utils.suggest import did_you_mean
 
@@ -425,7 +426,7 @@ def sample_split(cfg: Any, split: str = "train", n: int = 16, set_name: str | No
         seed = (cfg.get("randomness") or {}).get("seed")
         seed = 0 if seed is None else int(seed)
     seed_everything(dict(seed=seed))  # the global RNGs that random transforms draw from
-    loader = build_loader(section, key, seed, world_size=1, rank=0, diff_rank_seed=False)
+    loader = build_loader(section, key, seed, DataParallel(), diff_rank_seed=False)
     return loader.dataset, sample_items(loader, n), key
 
 

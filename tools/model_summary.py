@@ -24,6 +24,7 @@ import torch
 
 from libai.config import Config, add_cfg_options_argument
 from libai.utils.cli import run_cli
+from libai.utils.dist import DataParallel
 from libai.utils.errors import ConfigError
 
 
@@ -118,7 +119,8 @@ def main(argv: list[str]) -> int:
         if cfg.get("train_dataloader") is None:
             raise ConfigError("The config has no train_dataloader to take a batch from; "
                               "use --no-flops for the parameter table alone.")
-        loader = build.build_loader(cfg.train_dataloader, "train_dataloader", seed, 1, 0, False)
+        loader = build.build_loader(cfg.train_dataloader, "train_dataloader", seed, DataParallel(),
+                                    False)
         build.check_model_fits_data(model, loader, "train_dataloader")
         batch = next(iter(loader))
         counted = count_step_flops(model, batch, device, args.depth)

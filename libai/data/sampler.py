@@ -49,10 +49,11 @@ class DefaultSampler(Sampler):
         seed: Seed of the shuffle. Defaults to None: rank 0 draws one (without touching the global
             RNGs) and broadcasts it, so that all ranks agree. It is kept in :meth:`state_dict`.
         round_up: Pad so that every rank gets the same number of indices. Defaults to True.
-        rank: This process's rank. Defaults to None: ``libai.utils.dist.get_data_parallel_rank()``
-            (the global rank, or the data-parallel one under tensor parallel).
-        world_size: The number of ranks. Defaults to None:
-            ``libai.utils.dist.get_data_parallel_world_size()``.
+        rank: This process's share of the data (its data-parallel rank). Defaults to None: the
+            process's rank (plain data parallel). The runner passes the data-parallel rank of its
+            ``parallel`` layout: tensor-parallel peers share one.
+        world_size: The number of shares (the data-parallel size). Defaults to None: the number
+            of processes.
         seed_per_sample: Yield ``SampleKey(index, sample_seed(seed, epoch, index), epoch)``
             instead of indices, for :class:`~libai.data.SeededDataset` or a dataset that takes
             such keys itself (see ``libai/data/seeded.py``).
@@ -78,8 +79,8 @@ class DefaultSampler(Sampler):
         seed_per_sample: bool = False,
     ) -> None:
         self.dataset = dataset
-        self.rank = dist.get_data_parallel_rank() if rank is None else int(rank)
-        self.world_size = dist.get_data_parallel_world_size() if world_size is None else int(world_size)
+        self.rank = dist.get_rank() if rank is None else int(rank)
+        self.world_size = dist.get_world_size() if world_size is None else int(world_size)
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise DataError(
                 f"DefaultSampler: rank must be in [0, world_size), got rank={self.rank}, "

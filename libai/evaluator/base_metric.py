@@ -138,6 +138,7 @@ class BaseMetric(ABC):
     def __init__(self, prefix: str | None = None) -> None:
         self.prefix = self.default_prefix if prefix is None else prefix
         self.results: list[Any] = []
+        self.num_samples: int | None = None  # results counted by the last evaluate()
 
     @property
     def name(self) -> str:
@@ -175,27 +176,32 @@ class BaseMetric(ABC):
             Metric names (without the prefix) to values.
         """
 
-    def evaluate(self, size: int) -> dict[str, float]:
-        """Gather every rank's results, compute the metrics on rank 0, and share them.
+    def evaluate(self, size: int,
+                 data_parallel: dist_utils.DataParallel | None = None) -> dict[str, float]:
+        """Gather every data share's results, compute the metrics on rank 0, and share them.
 
         Every rank must call this (it runs collectives). The results are put back in the order
         of the sampler's padded index list and cut to ``size``, which drops the samples the
-        sampler repeated to give every rank the same number. ``self.results`` is cleared.
+        sampler repeated to give every rank the same number. ``self.results`` is cleared and
+        :attr:`num_samples` says how many results were counted.
 
         Args:
             size: The number of samples in the dataset.
+            data_parallel: How the processes split the data (the runner's
+                :class:`~libai.utils.dist.DataParallel`). Of the processes that read the same
+                share (tensor-parallel peers) only the first one's results count. Defaults to
+                None: every process read a share of its own.
 
         Returns:
             The same dict on every rank, keys prefixed with ``"{prefix}/"`` if a prefix is set.
         """
+        dp = data_parallel or dist_utils.DataParallel.world()
         world_size = dist_utils.get_world_size()
-        gathered = dist_utils.all_gather_object(self.results) if world_size > 1 else [self.results]
-        self.results = []
-        # tensor-parallel peers (neighbouring ranks) saw the same samples: one of each group
-        gathered = gathered[::world_size // dist_utils.get_data_parallel_world_size()]
+        gathered = self._gather(dp, world_size)
         merged = _interleave(gathered)
         self._check_count(len(merged), size, len(gathered))
         merged = merged[:size]
+        self.num_samples = len(merged)
 
         if dist_utils.get_rank() == 0:
             try:
@@ -213,6 +219,22 @@ class BaseMetric(ABC):
                 f"{self.name}: computing the metrics failed on rank 0 ({payload.message})"
             )
         return payload
+
+    def _gather(self, dp: dist_utils.DataParallel, world_size: int) -> list[list[Any]]:
+        """Every share's results, by data-parallel rank (one list per share); clears mine."""
+        mine, self.results = self.results, []
+        if world_size == 1:
+            return [mine]
+        # replicas of a share send nothing: one copy of each share crosses the wire
+        gathered = dist_utils.all_gather_object((dp.rank, mine if dp.replica == 0 else None))
+        shares: list[Any] = [None] * dp.size
+        for rank, results in gathered:
+            if results is not None:
+                shares[rank] = results
+        if any(share is None for share in shares):
+            raise DataError(f"{self.name}: no results from data-parallel rank(s) "
+                            f"{[r for r, s in enumerate(shares) if s is None]} of {dp.size}.")
+        return shares
 
     def _compute(self, results: list[Any]) -> dict[str, float]:
         metrics = self.compute_metrics(results)

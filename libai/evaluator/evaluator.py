@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from libai.registry import EVALUATORS, METRICS
+from libai.utils.dist import DataParallel
 from libai.utils.errors import ConfigError, RegistryError
 
 from .base_metric import BaseMetric
@@ -61,11 +62,13 @@ class Evaluator:
         for metric in self.metrics:
             metric.process(batch, outputs)
 
-    def evaluate(self, size: int) -> dict[str, float]:
+    def evaluate(self, size: int, data_parallel: DataParallel | None = None) -> dict[str, float]:
         """Evaluate every metric on the whole dataset; every rank must call this.
 
         Args:
             size: The number of samples in the dataset (the sampler's padding is dropped).
+            data_parallel: How the processes split the data (see :meth:`BaseMetric.evaluate`).
+                Defaults to None: every process read a share of its own.
 
         Returns:
             All metrics' values in one dict, identical on every rank.
@@ -76,7 +79,9 @@ class Evaluator:
         merged: dict[str, float] = {}
         owner: dict[str, int] = {}
         for i, metric in enumerate(self.metrics):
-            for key, value in metric.evaluate(size).items():
+            results = (metric.evaluate(size, data_parallel=data_parallel)
+                       if isinstance(metric, BaseMetric) else metric.evaluate(size))
+            for key, value in results.items():
                 if key in merged:
                     j = owner[key]
                     raise ConfigError(
@@ -88,6 +93,13 @@ class Evaluator:
                 merged[key] = value
                 owner[key] = i
         return merged
+
+    @property
+    def num_samples(self) -> int | None:
+        """The samples the last :meth:`evaluate` counted (None before one, or when no metric
+        says): the data set's size when every sample was counted once."""
+        counts = [m.num_samples for m in self.metrics if getattr(m, "num_samples", None) is not None]
+        return min(counts) if counts else None
 
     def __repr__(self) -> str:
         return f"Evaluator(metrics={self.metrics!r})"

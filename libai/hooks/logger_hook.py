@@ -336,6 +336,9 @@ class LoggerHook(Hook):
         else:
             head = f"{label} (iteration {runner.iter})"
         parts = [head] + [f"{k}: {_fmt(v)}" for k, v in scalars.items()]
+        samples = runner.message_hub.get_info("eval_samples")
+        if samples is not None:
+            parts.append(f"samples: {samples}")
         parts.append(f"duration: {time.perf_counter() - self._t_eval:.2f}s")
         runner.logger.info("  ".join(parts))
         row: dict[str, float] = dict(scalars)

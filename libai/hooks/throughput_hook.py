@@ -127,7 +127,7 @@ class ThroughputHook(Hook):
       FLOPs are unknown: ``tools/model_summary.py`` counts the same step eagerly.
     - At each LoggerHook interval it adds to that iteration's logged values, so they appear in
       the log line, the message hub (``train/<name>``), scalars.jsonl and TensorBoard:
-      ``samples_per_s`` (all ranks together), ``tokens_per_s`` (when batches are dicts with
+      ``samples_per_s`` (all data-parallel ranks together: tensor-parallel peers count once), ``tokens_per_s`` (when batches are dicts with
       ``input_ids``: their ``numel()``, padding included), ``tflops`` (achieved model TFLOP/s
       per device: the first step's FLOPs, scaled by the interval's tokens, else samples, over
       the interval's time) and ``mfu`` (``tflops`` / the device's dense peak, when known:
@@ -338,9 +338,9 @@ class ThroughputHook(Hook):
             return
         values: dict[str, float] = {}
         if self._reader is not None and samples:
-            values["samples_per_s"] = samples * runner.world_size / seconds
+            values["samples_per_s"] = samples * runner.data_parallel.size / seconds
             if tokens:
-                values["tokens_per_s"] = tokens * runner.world_size / seconds
+                values["tokens_per_s"] = tokens * runner.data_parallel.size / seconds
         flops = self.flops_per_step
         if flops:
             if tokens and self.first_tokens:

@@ -51,7 +51,7 @@ class _EvalLoop(BaseLoop):
         runner, stage = self.runner, self.stage
         prefix = f"{stage}/{name}/" if name else f"{stage}/"
         runner.call_hook(f"before_{stage}_epoch")
-        loss_sum, loss_count = None, 0  # batch losses weighted by the batch's size
+        loss_sums: dict[str, Any] = {}  # per loss term: its batch values weighted by their items
         limit = runner.limit_batches(len(loader))
         stop = getattr(runner, "stop_request", None)  # set while training, polled per batch
         with torch.no_grad():
@@ -60,11 +60,7 @@ class _EvalLoop(BaseLoop):
                     break
                 runner.call_hook(f"before_{stage}_iter", batch_idx=idx, data_batch=batch)
                 outputs = runner.run_eval_step(batch)
-                if isinstance(outputs, dict) and isinstance(outputs.get("loss"), torch.Tensor):
-                    n = _batch_size(batch)
-                    batch_loss = outputs["loss"].detach().float().mean() * n
-                    loss_sum = batch_loss if loss_sum is None else loss_sum + batch_loss
-                    loss_count += n
+                _add_loss_terms(loss_sums, outputs, batch)
                 evaluator.process(batch, outputs)
                 runner.call_hook(f"after_{stage}_iter", batch_idx=idx, data_batch=batch, outputs=outputs)
                 if stop is not None:
@@ -72,16 +68,46 @@ class _EvalLoop(BaseLoop):
                     if signum:  # the training loop saves its iteration and redoes this later
                         _drop_partial_results(evaluator)
                         raise StopRequested(signum)
-        size = len(loader.dataset) if limit >= len(loader) else None
-        results = evaluator.evaluate(size) if size is not None else evaluator.evaluate(
-            min(len(loader.dataset), limit * (loader.batch_size or 1) * runner.world_size)
-        )
+        dp = runner.data_parallel
+        size = len(loader.dataset) if limit >= len(loader) else min(
+            len(loader.dataset), limit * (loader.batch_size or 1) * dp.size)
+        results = evaluator.evaluate(size, data_parallel=dp)
         metrics = {prefix + k: float(v) for k, v in results.items()}
-        if loss_count:  # over all processes: the same value in any number of processes
-            total = all_reduce_mean({"sum": loss_sum.item(), "count": float(loss_count)})
-            metrics[prefix + "loss"] = total["sum"] / total["count"]
+        # for the log line: how many samples the metrics counted (the set's size: each once)
+        runner.message_hub.update_info("eval_samples", evaluator.num_samples)
+        if loss_sums:  # over all processes (replicas add the same sums and counts to both)
+            total = all_reduce_mean({f"{k}/{i}": float(v) for k, pair in loss_sums.items()
+                                     for i, v in enumerate(pair)})
+            metrics[prefix + "loss"] = sum(total[f"{k}/0"] / total[f"{k}/1"] for k in loss_sums)
         runner.call_hook(f"after_{stage}_epoch", metrics=metrics)
         return metrics
+
+
+def _add_loss_terms(sums: dict[str, Any], outputs: Any, batch: Any) -> None:
+    """Add a batch's losses to ``sums`` ({term: [value x weight, weight]}).
+
+    The evaluation loss is the mean over the whole set, the same for any batching and any
+    number of processes: each batch's ``loss`` weighs by its samples; a model that says what its
+    losses are means over (``num_items``, libai.model.contract) gets each term weighed by its
+    own items, and the loss is their sum (BERT: masked-LM mean over the masked tokens + NSP
+    mean over the samples).
+    """
+    if not isinstance(outputs, dict):
+        return
+    items = outputs.get("num_items")
+    if isinstance(items, dict):
+        terms = {k: v for k, v in outputs.items() if "loss" in k and k != "loss"
+                 and isinstance(v, torch.Tensor)} or {"loss": outputs.get("loss")}
+    else:
+        items, terms = {}, {"loss": outputs.get("loss")}
+    for key, value in terms.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        weight = items.get(key)
+        weight = _batch_size(batch) if weight is None else weight.detach().double()
+        pair = sums.setdefault(key, [0.0, 0.0])
+        pair[0] = pair[0] + value.detach().double().mean() * weight
+        pair[1] = pair[1] + weight
 
 
 def _batch_size(batch: Any) -> int:
@@ -118,7 +144,8 @@ def metric_names_of(loop: _EvalLoop, batches: int = 2) -> list[str]:
             prefix = f"{loop.stage}/{name}/" if name else f"{loop.stage}/"
             with warnings.catch_warnings():  # fewer results than the set holds: on purpose
                 warnings.simplefilter("ignore", RuntimeWarning)
-                results = evaluator.evaluate(min(len(loader.dataset), count * runner.world_size))
+                results = evaluator.evaluate(min(len(loader.dataset), count * runner.data_parallel.size),
+                                             data_parallel=runner.data_parallel)
             names += [prefix + k for k in results] + ([prefix + "loss"] if has_loss else [])
     finally:
         runner.model.train(was_training)

@@ -4,6 +4,12 @@ Any ``nn.Module`` trains: in train mode ``model(batch)`` returns a loss tensor o
 containing ``loss`` are summed; in eval mode it returns what the metrics consume. ``BaseModel``
 adds overridable ``train_step``/``val_step``/``test_step`` and a data preprocessor; the runner calls
 the same default steps for a plain module.
+
+A loss that is a mean over a number of items that varies from batch to batch (BERT's masked
+tokens) says so: the dict also holds ``"num_items": {"mlm_loss": count}``. Under data parallel
+the engine then makes that loss the mean over the items of every rank's batch
+(:func:`mean_over_data_parallel`), as one process would compute it on the whole batch; without
+the entry, each rank's mean counts equally (right when every batch has as many items).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from libai.utils.dist import DataParallel, all_reduce_sum
 from libai.utils.errors import TrainingError
 
 __all__ = [
@@ -22,6 +29,7 @@ __all__ = [
     "DataPreprocessor",
     "make_train_step",
     "parse_losses",
+    "mean_over_data_parallel",
     "to_device",
     "train_step",
     "val_step",
@@ -121,6 +129,37 @@ def parse_losses(outputs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     return loss, log_vars
 
 
+def mean_over_data_parallel(outputs: Any, data_parallel: DataParallel | None) -> Any:
+    """Make the losses named in ``outputs["num_items"]`` means over every data share's items.
+
+    A rank's loss ``mean = sum / n`` becomes ``sum * size / N``, ``N`` the items of all ``size``
+    data shares: the gradient average over the shares (DDP, FSDP) is then ``sum of sums / N``,
+    the mean one process computes over the whole batch. One all-reduce of the counts. Nothing
+    changes in one data share (one process, or tensor parallel alone), or without the entry.
+
+    Args:
+        outputs: What the model returned in train mode.
+        data_parallel: How the processes split the data. None: one share.
+
+    Returns:
+        ``outputs`` itself, or a copy with those losses rescaled.
+    """
+    items = outputs.get("num_items") if type(outputs) is dict else None
+    if not items or data_parallel is None or data_parallel.size == 1:
+        return outputs
+    keys = list(items)
+    first = outputs[keys[0]]
+    local = torch.stack([torch.as_tensor(items[k], dtype=torch.float64, device=first.device)
+                         for k in keys])  # (K,)
+    total = all_reduce_sum(local.clone()) / data_parallel.replicas  # replicas count once
+    # no item anywhere: the loss is what the model made of it (0 or NaN), left as it is
+    scale = torch.where(total > 0, local * data_parallel.size / total.clamp(min=1), 1.0)
+    out = dict(outputs)
+    for i, key in enumerate(keys):
+        out[key] = outputs[key] * scale[i].to(outputs[key].dtype)
+    return out
+
+
 def unwrap_model(model: nn.Module) -> nn.Module:
     """Strip DistributedDataParallel (``.module``) and torch.compile (``._orig_mod``) wrappers."""
     while True:
@@ -155,16 +194,20 @@ def _mover(model: nn.Module, training: bool, device: torch.device | str | None) 
 
 
 def make_train_step(model: nn.Module, forward: nn.Module | None = None,
-                    device: torch.device | str | None = None) -> Callable[[Any, Any], dict]:
+                    device: torch.device | str | None = None,
+                    data_parallel: DataParallel | None = None) -> Callable[[Any, Any], dict]:
     """``train_step`` for ``model`` with its per-run decisions made once.
 
     ``make_train_step(model, forward, device)(data, optim_wrapper)`` does exactly what
     ``train_step(model, data, optim_wrapper, forward, device)`` does; the runner calls it every
     iteration, so finding the preprocessor and the device happens here, not per step.
+    ``data_parallel``: how the processes split the data, for losses that declare ``num_items``
+    (:func:`mean_over_data_parallel`). Defaults to None: one share.
     """
     forward = forward if forward is not None else model
     move = _mover(model, True, device)
     previous: list[Any] = [None]
+    shares = data_parallel if data_parallel is not None and data_parallel.size > 1 else None
 
     def step(data: Any, optim_wrapper: Any) -> dict:
         if move is not None:
@@ -174,6 +217,8 @@ def make_train_step(model: nn.Module, forward: nn.Module | None = None,
         else:
             with optim_wrapper.optim_context(forward):
                 outputs = forward(data)
+        if shares is not None:
+            outputs = mean_over_data_parallel(outputs, shares)
         # parse_losses(outputs), inlined for the usual dict of 0-d tensors with one 'loss'
         # entry (a call less per step); anything else goes to parse_losses itself
         loss = None

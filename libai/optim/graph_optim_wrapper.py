@@ -103,6 +103,7 @@ class GraphOptimWrapper(AmpOptimWrapper):
                     f"{did_you_mean(str(value), ('eager', 'raise'))} Use 'eager' or 'raise'.")
         self.on_failure, self.on_mismatch = on_failure, on_mismatch
         self.graph: Any = None  # the GraphModule, from bind_model
+        self._data_parallel: Any = None  # from bind_model
         self._lr_tensors = [self._tensor_lr(group) for group in optimizer.param_groups]
         self._compiled_update = torch.compile(self._update, **self.compile_options)
         self._update_compiled = self._eager = self._reported = False
@@ -115,9 +116,15 @@ class GraphOptimWrapper(AmpOptimWrapper):
             group["lr"] = lr = torch.tensor(float(lr), dtype=torch.float64)  # as exact as a float
         return lr
 
-    def bind_model(self, graph: Any) -> None:
-        """Attach the runner's :class:`~libai.model.graph.GraphModule` (parity check, fallback)."""
+    def bind_model(self, graph: Any, data_parallel: Any = None) -> None:
+        """Attach the runner's :class:`~libai.model.graph.GraphModule` (parity check, fallback).
+
+        ``data_parallel``: how the processes split the data; the eager reference of the parity
+        check scales its losses as the train step does (``mean_over_data_parallel``). Defaults
+        to None: one share.
+        """
         self.graph = graph
+        self._data_parallel = data_parallel
         graph.verify_steps = self.verify_steps
         if self.verify_steps and is_sharded(graph):
             # the parity check runs a deep copy of the model, and FSDP2 / DTensor models
@@ -230,9 +237,10 @@ class GraphOptimWrapper(AmpOptimWrapper):
     # ------------------------------------------------------------------ parity check
     def _check_parity(self, loss: torch.Tensor, reference: nn.Module, outputs: Any,
                       **kwargs: Any) -> None:
-        from libai.model import parse_losses
+        from libai.model import mean_over_data_parallel, parse_losses
         from libai.utils.errors import TrainingError
 
+        outputs = mean_over_data_parallel(outputs, self._data_parallel)
         try:
             ref_loss = outputs if isinstance(outputs, torch.Tensor) else parse_losses(outputs)[0]
         except TrainingError:

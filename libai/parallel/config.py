@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from libai.utils.dist import DataParallel
 from libai.utils.errors import ConfigError
 from libai.utils.suggest import did_you_mean
 
@@ -56,6 +57,13 @@ class ParallelConfig:
     def data_parallel_size(self) -> int:
         """Processes that see different data: ``data x fsdp`` (tensor-parallel peers share it)."""
         return self.data * self.fsdp
+
+    def data_parallel(self, rank: int) -> DataParallel:
+        """The share of the data process ``rank`` reads. Ranks are laid out (data, fsdp, tensor),
+        tensor innermost (:func:`~libai.parallel.build_mesh`): the ``tensor`` neighbouring ranks
+        of a tensor-parallel group read the same share."""
+        return DataParallel(rank=rank // self.tensor, size=self.data_parallel_size,
+                            replica=rank % self.tensor, replicas=self.tensor)
 
     @property
     def splits_from_rank0(self) -> bool:

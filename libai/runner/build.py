@@ -9,6 +9,7 @@ from typing import Any
 from torch import nn
 
 from libai.registry import HOOKS, LOOPS, MODELS
+from libai.utils.dist import DataParallel
 from libai.utils.errors import ConfigError, LibaiError
 from libai.utils.suggest import did_you_mean
 
@@ -140,13 +141,15 @@ def build_model(cfg: Any) -> nn.Module:
     return model
 
 
-def build_loader(cfg: Any, section: str, seed: int, world_size: int, rank: int, diff_rank_seed: bool) -> Any:
-    """Build one data loader from its dict (or return a given DataLoader)."""
+def build_loader(cfg: Any, section: str, seed: int, data_parallel: DataParallel,
+                 diff_rank_seed: bool) -> Any:
+    """Build one data loader from its dict (or return a given DataLoader); its sampler reads
+    this process's share of the data (``data_parallel``: tensor-parallel peers share one)."""
     from libai.data import build_dataloader
 
     if not isinstance(cfg, dict):
         return cfg
-    return build_dataloader(cfg, seed=seed, world_size=world_size, rank=rank,
+    return build_dataloader(cfg, seed=seed, world_size=data_parallel.size, rank=data_parallel.rank,
                             diff_rank_seed=diff_rank_seed, path=section)
 
 

@@ -65,14 +65,10 @@ def distribute_model(cfg: Any, model: nn.Module, pc: ParallelConfig, device: tor
     Returns:
         The model to train.
     """
-    dist.set_data_parallel(None)
     checkpointing = cfg.get("activation_checkpointing")
     if pc.strategy == "single" and not checkpointing:
         return model
     sharded = pc.fsdp > 1 or pc.tensor > 1
-    # ranks are laid out (data, fsdp, tensor), tensor innermost: neighbours share a batch
-    dist.set_data_parallel(dist.get_rank() // pc.tensor if pc.tensor > 1 else None,
-                           pc.data_parallel_size)
     mesh = build_mesh(pc, device.type) if sharded else None
     model, lines = parallelize(model, pc, mesh, device, param_dtype=_param_dtype(cfg),
                                activation_checkpointing=checkpointing,

@@ -42,12 +42,13 @@ def select_device(device: str | None) -> torch.device:
 _RANDOMNESS_KEYS = ("seed", "deterministic", "diff_rank_seed")
 
 
-def seed_everything(randomness: dict) -> int:
+def seed_everything(randomness: dict, rank: int | None = None) -> int:
     """Seed python, numpy and torch; return the seed used (drawn and shared if none is set).
 
     ``randomness=dict(seed=None, deterministic=False, diff_rank_seed=False)``: with
     ``diff_rank_seed`` each rank uses ``seed + rank``; ``deterministic`` asks torch for
-    deterministic kernels (slower on GPU).
+    deterministic kernels (slower on GPU). ``rank`` is the data-parallel rank (tensor-parallel
+    peers must draw the same numbers). Defaults to None: the process's rank.
     """
     for key in randomness:
         if key not in _RANDOMNESS_KEYS:
@@ -55,7 +56,8 @@ def seed_everything(randomness: dict) -> int:
     seed = randomness.get("seed")
     if seed is None:
         seed = dist.broadcast_object(random.SystemRandom().randrange(2**31))
-    rank_seed = seed + dist.get_rank() if randomness.get("diff_rank_seed") else seed
+    rank = dist.get_rank() if rank is None else rank
+    rank_seed = seed + rank if randomness.get("diff_rank_seed") else seed
     random.seed(rank_seed)
     np.random.seed(rank_seed % 2**32)
     torch.manual_seed(rank_seed)

@@ -62,9 +62,12 @@ class Runner(CheckpointMixin):
         env.init_distributed(dict(cfg.get("env_cfg") or {}))
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.parallel = parse_parallel(cfg.get("parallel"), self.world_size)  # before any file
+        # which share of the data this process reads: passed to the loaders, metrics, train step
+        # and hooks (tensor-parallel peers share one)
+        self.data_parallel = self.parallel.data_parallel(self.rank)
         self.device = env.select_device(cfg.get("device"))
         randomness = dict(cfg.get("randomness") or {})
-        self.seed = env.seed_everything(randomness)
+        self.seed = env.seed_everything(randomness, rank=self.data_parallel.rank)
         self._diff_rank_seed = bool(randomness.get("diff_rank_seed"))
         self.work_dir = os.path.abspath(cfg.get("work_dir") or "work_dirs/default")
         # a dry run's folder is a temporary one: it leaves the work dir as it was
@@ -179,7 +182,7 @@ class Runner(CheckpointMixin):
         return self._loops[stage]
 
     def _build_loader(self, cfg: Any, section: str) -> Any:
-        loader = build.build_loader(cfg, section, self.seed, self.world_size, self.rank, self._diff_rank_seed)
+        loader = build.build_loader(cfg, section, self.seed, self.data_parallel, self._diff_rank_seed)
         build.check_model_fits_data(self.unwrapped_model, loader, section)
         return loader
 
@@ -193,7 +196,7 @@ class Runner(CheckpointMixin):
                                   "optimizer=dict(type='AdamW', lr=1e-3)).")
             self._optim_wrapper = build_optim_wrapper(self.unwrapped_model, self.cfg.optim_wrapper)
             if isinstance(self.model, GraphModule) and hasattr(self._optim_wrapper, "bind_model"):
-                self._optim_wrapper.bind_model(self.model)
+                self._optim_wrapper.bind_model(self.model, self.data_parallel)
             if "after_backward" in self._stage_hooks:
                 self._optim_wrapper.register_after_backward(lambda: self.call_hook("after_backward"))
         return self._optim_wrapper
@@ -249,7 +252,7 @@ class Runner(CheckpointMixin):
         if step is None:
             own = getattr(self.unwrapped_model, "train_step", None)
             step = partial(own, forward=self.model) if own is not None else make_train_step(
-                self.unwrapped_model, self.model, self.device)
+                self.unwrapped_model, self.model, self.device, self.data_parallel)
             if own is not None and isinstance(self.model, GraphModule):
                 self.logger.info(
                     f"Graph mode: {type(self.unwrapped_model).__name__} has its own train_step: "
@@ -377,11 +380,13 @@ class Runner(CheckpointMixin):
         loader = loop.dataloader
         acc = getattr(self.optim_wrapper, "accumulative_counts", 1)
         batch = getattr(loader, "batch_size", None) or 0
+        shares = self.data_parallel.size
+        who = (f"{shares} data-parallel rank(s)" if self.data_parallel.replicas > 1
+               else f"{shares} process(es)")
         self.logger.info(
             f"Derived: iterations per epoch {loop.iters_per_epoch}, max iterations {loop.max_iters}"
             + (f", max epochs {loop.max_epochs}" if loop.max_epochs else "")
-            + f", effective batch size {batch} x {self.world_size} process(es) x {acc} accumulation "
-            f"= {batch * self.world_size * acc}"
+            + f", effective batch size {batch} x {who} x {acc} accumulation = {batch * shares * acc}"
         )
         self.logger.info(f"Optimizer: {self.optim_wrapper!r}")
 

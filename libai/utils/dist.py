@@ -10,6 +10,7 @@ import datetime
 import gc
 import importlib
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,12 +24,11 @@ __all__ = [
     "get_world_size",
     "get_local_rank",
     "is_main_process",
-    "set_data_parallel",
+    "DataParallel",
     "is_sharded",
-    "get_data_parallel_rank",
-    "get_data_parallel_world_size",
     "barrier",
     "all_reduce_mean",
+    "all_reduce_sum",
     "all_gather_object",
     "broadcast_object",
     "collective_failure",
@@ -156,25 +156,37 @@ def is_sharded(module: torch.nn.Module) -> bool:
     return any(isinstance(p, DTensor) for p in module.parameters())
 
 
-# Tensor-parallel peers see the same batch: the samplers and the metrics count "data-parallel"
-# ranks, which are the world's ranks unless libai.parallel says otherwise (set_data_parallel).
-_data_parallel: tuple[int, int] | None = None
+@dataclass(frozen=True)
+class DataParallel:
+    """Which share of the data this process trains and evaluates on.
 
+    The processes of a run split the data into ``size`` shares; this process reads share
+    ``rank``. Processes that split one model (tensor parallel) read the same share:
+    ``replicas`` processes per share, this one being number ``replica`` among them, and only
+    replica 0's evaluation results are counted. The runner builds it from the ``parallel`` key
+    (:meth:`libai.parallel.ParallelConfig.data_parallel`) and passes it to whoever needs it
+    (samplers, metrics, the train step, throughput): nothing reads it from a global.
 
-def set_data_parallel(rank: int | None, world_size: int | None = None) -> None:
-    """Set this process's data-parallel rank and size (None: back to the world's)."""
-    global _data_parallel
-    _data_parallel = None if rank is None else (int(rank), int(world_size))
+    Args:
+        rank: This process's share, in ``[0, size)``. Defaults to 0.
+        size: The number of shares. Defaults to 1.
+        replica: This process's index among those reading the same share. Defaults to 0.
+        replicas: The processes reading each share. Defaults to 1.
+    """
 
+    rank: int = 0
+    size: int = 1
+    replica: int = 0
+    replicas: int = 1
 
-def get_data_parallel_rank() -> int:
-    """The index of this process's share of the batch (its rank without tensor parallel)."""
-    return get_rank() if _data_parallel is None else _data_parallel[0]
+    @classmethod
+    def world(cls) -> DataParallel:
+        """Plain data parallel: every process reads a share of its own (DDP's layout)."""
+        return cls(rank=get_rank(), size=get_world_size())
 
-
-def get_data_parallel_world_size() -> int:
-    """How many shares the batch is split into (the world size without tensor parallel)."""
-    return get_world_size() if _data_parallel is None else _data_parallel[1]
+    def __str__(self) -> str:
+        extra = f", {self.replicas} processes per share" if self.replicas > 1 else ""
+        return f"data-parallel rank {self.rank} of {self.size}{extra}"
 
 
 def is_main_process() -> bool:
@@ -201,6 +213,13 @@ def all_reduce_mean(values: dict[str, float]) -> dict[str, float]:
     dist.all_reduce(t)
     t /= get_world_size()
     return dict(zip(keys, t.tolist()))
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum ``tensor`` over all ranks, in place, and return it (unchanged in one process)."""
+    if is_distributed():
+        dist.all_reduce(tensor)
+    return tensor
 
 
 def all_reduce_min(value: float) -> float:

@@ -58,10 +58,39 @@ def test_evaluate_drops_sampler_padding(monkeypatch):
     shares = sampler_split(size, world_size)
     assert sum(map(len, shares)) == 12
     monkeypatch.setattr(dist_utils, "get_world_size", lambda: world_size)
-    monkeypatch.setattr(dist_utils, "all_gather_object", lambda obj: shares)
+    monkeypatch.setattr(dist_utils, "all_gather_object", lambda obj: list(enumerate(shares)))
     metric = RecordIndex()
     assert metric.evaluate(size) == {"count": 9.0}
     assert metric.seen == list(range(size))
+    assert metric.num_samples == size
+
+
+def test_tensor_parallel_peers_count_once(monkeypatch):
+    """4 processes, tensor=2: two data shares, each read by two processes. The second of each
+    pair sends nothing, and every sample is counted once, in order."""
+    size = 9
+    shares = sampler_split(size, 2)
+    sent = []
+
+    def gather(obj):
+        sent.append(obj)  # what this process (rank 0: share 0, replica 0) sends
+        return [(0, shares[0]), (0, None), (1, shares[1]), (1, None)]
+
+    monkeypatch.setattr(dist_utils, "get_world_size", lambda: 4)
+    monkeypatch.setattr(dist_utils, "all_gather_object", gather)
+    metric = RecordIndex()
+    feed(metric, shares[0])
+    dp = dist_utils.DataParallel(rank=0, size=2, replica=0, replicas=2)
+    assert metric.evaluate(size, data_parallel=dp) == {"count": 9.0}
+    assert metric.seen == list(range(size)) and metric.num_samples == size
+    assert sent == [(0, shares[0])]
+
+    peer = RecordIndex()  # the same share's second process: it sends no results
+    feed(peer, shares[0])
+    monkeypatch.setattr(dist_utils, "get_rank", lambda: 1)
+    monkeypatch.setattr(dist_utils, "broadcast_object", lambda obj, src=0: {"count": 9.0})
+    peer.evaluate(size, data_parallel=dist_utils.DataParallel(0, 2, replica=1, replicas=2))
+    assert sent[-1] == (0, None)
 
 
 def test_evaluate_warns_when_results_are_missing():
@@ -98,7 +127,8 @@ def test_two_simulated_ranks_restore_sampler_order(monkeypatch):
         per_rank.append(list(m.results))
 
     monkeypatch.setattr(dist_utils, "get_world_size", lambda: world_size)
-    monkeypatch.setattr(dist_utils, "all_gather_object", lambda obj: per_rank)
+    monkeypatch.setattr(dist_utils, "all_gather_object",
+                        lambda obj: [(rank, part) for rank, part in enumerate(per_rank)])
     rank0 = RecordIndex()
     feed(rank0, shares[0])
     assert rank0.evaluate(size) == {"count": 11.0}
@@ -120,7 +150,7 @@ def test_failure_on_rank0_is_broadcast_before_raising(monkeypatch):
 
     sent = []
     monkeypatch.setattr(dist_utils, "get_world_size", lambda: 2)
-    monkeypatch.setattr(dist_utils, "all_gather_object", lambda obj: [[0], [1]])
+    monkeypatch.setattr(dist_utils, "all_gather_object", lambda obj: [(0, [0]), (1, [1])])
     monkeypatch.setattr(dist_utils, "broadcast_object", lambda obj, src=0: sent.append(obj))
     with pytest.raises(ValueError, match="boom"):
         Broken().evaluate(2)

@@ -45,7 +45,10 @@ def dense_labels(b):
 def test_every_second_head_trains(second_head, keys):
     torch.manual_seed(0)
     model = BertForPreTraining(**TINY, second_head=second_head)
-    out = model(batch())
+    b = batch()
+    out = model(b)
+    # num_items: the masked tokens the masked-LM loss is the mean over
+    assert out.pop("num_items") == {"mlm_loss": (b["mlm_labels"] != -100).sum()}
     assert set(out) == keys and all(v.ndim == 0 for v in out.values())
     sum(out.values()).backward()
     assert model.bert.embeddings.word_embeddings.weight.grad is not None
@@ -74,7 +77,9 @@ def test_eval_outputs_feed_the_metrics_and_match_train_loss():
     model.eval()
     with torch.no_grad():
         out = model(b)
-    assert set(out) == {"loss", "nll_sum", "num_tokens", "num_correct", "nsp_logits"}
+    assert set(out) == {"loss", "mlm_loss", "nsp_loss", "nll_sum", "num_tokens", "num_correct",
+                        "nsp_logits", "num_items"}
+    assert out["num_items"] == {"mlm_loss": 11}  # the evaluation loss weighs mlm_loss by it
     assert out["nll_sum"].shape == (3,) and out["nll_sum"].dtype == torch.float32
     assert out["num_tokens"].tolist() == [3, 4, 4] and out["num_tokens"].dtype == torch.long
     assert out["num_correct"].shape == (3,) and out["num_correct"].dtype == torch.long
@@ -108,7 +113,7 @@ def test_loss_falls_with_adamw_on_a_fixed_batch():
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     b, losses = batch(), []
     for _ in range(20):
-        loss = sum(model(b).values())
+        loss = sum(v for k, v in model(b).items() if "loss" in k)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -121,7 +126,7 @@ def test_pre_norm_has_a_final_norm_and_trains():
     model = BertForPreTraining(**TINY, pre_norm=True)
     assert model.bert.final_norm is not None and model.bert.blocks[0].pre_norm
     assert BertForPreTraining(**TINY).bert.final_norm is None
-    sum(model(batch()).values()).backward()
+    sum(v for k, v in model(batch()).items() if "loss" in k).backward()
 
 
 def test_init_statistics_and_tied_head():
@@ -153,7 +158,7 @@ def test_meta_build_then_to_empty_and_init_weights():
     torch.manual_seed(0)
     model.init_weights()
     out = model(batch())
-    assert all(torch.isfinite(v) for v in out.values())
+    assert all(torch.isfinite(v) for k, v in out.items() if "loss" in k)
     assert torch.all(model.bert.embeddings.word_embeddings.weight[0] == 0)
     assert torch.all(model.mlm_head.bias == 0)
     assert len({p.data_ptr() for p in model.parameters()}) == len(list(model.parameters()))

@@ -34,14 +34,15 @@ def test_train_and_eval_outputs():
     model = GPTForCausalLM(**TINY, hidden_dropout=0.0, attention_dropout=0.0)
     b = lm_batch()
     train = model(b)
-    assert set(train) == {"loss"} and train["loss"].ndim == 0
+    assert set(train) == {"loss", "num_items"} and train["loss"].ndim == 0
+    assert train["num_items"] == {"loss": 29}  # the tokens predicted (not -100)
     logits = model.logits(b["input_ids"])
     torch.testing.assert_close(train["loss"], F.cross_entropy(logits.flatten(0, 1),
                                                               b["labels"].flatten()))
     model.eval()
     with torch.no_grad():
         out = model(b)
-    assert set(out) == {"loss", "nll_sum", "num_tokens", "num_correct"}
+    assert set(out) == {"loss", "nll_sum", "num_tokens", "num_correct", "num_items"}
     assert out["num_tokens"].tolist() == [16, 13] and out["nll_sum"].dtype == torch.float32
     torch.testing.assert_close(out["nll_sum"].sum() / out["num_tokens"].sum(), train["loss"].detach())
     torch.testing.assert_close(out["loss"], train["loss"].detach())

@@ -127,9 +127,11 @@ class BertForPreTraining(nn.Module):
     """BERT with the masked-LM head (tied to the word embeddings) and an optional NSP/SOP head.
 
     - train mode: ``{"mlm_loss", "nsp_loss" | "sop_loss"}`` (only ``mlm_loss`` when
-      ``second_head`` is None); the engine sums them.
-    - eval mode: ``{"loss", "nll_sum" (B,), "num_tokens" (B,), "num_correct" (B,)}`` for the
-      MLM targets, plus ``"nsp_logits"`` (B, 2) with a second head (for SOP too). Without
+      ``second_head`` is None); the engine sums them. ``num_items`` counts the masked tokens
+      ``mlm_loss`` is the mean over (libai.model.contract).
+    - eval mode: ``{"loss", "mlm_loss", "nll_sum" (B,), "num_tokens" (B,), "num_correct" (B,)}``
+      for the MLM targets, plus ``"nsp_logits"`` (B, 2) and ``"nsp_loss"`` with a second head
+      (for SOP too), and ``num_items``. Without
       ``mlm_labels`` in the batch: ``{"mlm_logits" (B, S, V)}`` (+ ``"nsp_logits"``).
     - :meth:`logits` gives the full logits.
 
@@ -203,13 +205,17 @@ class BertForPreTraining(nn.Module):
             losses = {"mlm_loss": parallel_loss(F.cross_entropy(mlm.flatten(0, 1), labels.flatten()))}
             if second is not None:
                 losses[f"{self.second_head}_loss"] = F.cross_entropy(second, self._pair_labels(batch))
+            # the masked-LM loss is a mean over the masked tokens, whose number varies
+            losses["num_items"] = {"mlm_loss": (labels != -100).sum()}
             return losses
         out = lm_token_stats(mlm, labels)
-        loss = out["nll_sum"].sum() / out["num_tokens"].sum().clamp(min=1)
+        loss = out["mlm_loss"] = out["nll_sum"].sum() / out["num_tokens"].sum().clamp(min=1)
+        out["num_items"] = {"mlm_loss": out["num_tokens"].sum()}  # the evaluation loss weighs by it
         if second is not None:
             out["nsp_logits"] = second
             if "next_sentence_label" in batch:
-                loss = loss + F.cross_entropy(second.float(), batch["next_sentence_label"])
+                out["nsp_loss"] = F.cross_entropy(second.float(), batch["next_sentence_label"])
+                loss = loss + out["nsp_loss"]
         out["loss"] = loss
         return out
 

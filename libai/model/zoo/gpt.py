@@ -144,11 +144,13 @@ class GPTForCausalLM(nn.Module):
             if labels is None:
                 raise DataError("GPTForCausalLM needs 'labels' (B, S) in a training batch: the "
                                 "next token of each position, -100 where nothing is predicted")
-            return {"loss": parallel_loss(F.cross_entropy(logits.flatten(0, 1), labels.flatten()))}
+            return {"loss": parallel_loss(F.cross_entropy(logits.flatten(0, 1), labels.flatten())),
+                    "num_items": {"loss": (labels != -100).sum()}}  # tokens predicted
         if labels is None:
             return {"logits": logits}
         out = lm_token_stats(logits, labels)
         out["loss"] = out["nll_sum"].sum() / out["num_tokens"].sum().clamp(min=1)
+        out["num_items"] = {"loss": out["num_tokens"].sum()}
         return out
 
     @torch.no_grad()

@@ -141,7 +141,8 @@ def _build_collate(spec: Any, path: str) -> Callable[[list[Any]], Any]:
 
 
 def _build_sampler(
-    spec: Any, dataset: Any, seed: int | None, rank: int, world_size: int, path: str
+    spec: Any, dataset: Any, seed: int | None, rank: int, world_size: int, path: str,
+    pad: bool = True,
 ) -> Any:
     if spec is None:
         spec = {}
@@ -150,6 +151,8 @@ def _build_sampler(
     cfg = {"type": "DefaultSampler", **spec}
     cls = DATA_SAMPLERS.get(cfg["type"], path=f"{path}.sampler")
     candidates = {"dataset": dataset, "seed": seed, "rank": rank, "world_size": world_size}
+    if not pad:
+        candidates["round_up"] = False
     defaults = {k: v for k, v in candidates.items() if _accepts(cls, k)}
     return DATA_SAMPLERS.build(cfg, default_args=defaults, path=f"{path}.sampler")
 
@@ -161,6 +164,7 @@ def build_dataloader(
     rank: int = 0,
     diff_rank_seed: bool = False,
     path: str = "dataloader",
+    pad: bool = True,
 ) -> DataLoader:
     """Build a DataLoader, its dataset, sampler and collate function from ``cfg``.
 
@@ -184,6 +188,10 @@ def build_dataloader(
             0's value through a broadcast, because all ranks must agree on the epoch order.
             Defaults to False.
         path: The config key of ``cfg``, for error messages. Defaults to "dataloader".
+        pad: Let the sampler pad the ranks' shares to one size (``round_up``, when it takes
+            that argument and the config does not set it). Training wants equal shares; an
+            evaluation passes False, so that no sample is seen twice (the ranks' shares then
+            differ by one sample at most). Defaults to True.
 
     Returns:
         The DataLoader; ``loader.sampler`` is the built sampler and ``loader.dataset`` the dataset.
@@ -201,7 +209,7 @@ def build_dataloader(
     if isinstance(dataset, Mapping):
         dataset = DATASETS.build(dataset, path=f"{path}.dataset")
     sampler_seed = dist.broadcast_object(seed) if diff_rank_seed else seed
-    sampler = _build_sampler(cfg.get("sampler"), dataset, sampler_seed, rank, world_size, path)
+    sampler = _build_sampler(cfg.get("sampler"), dataset, sampler_seed, rank, world_size, path, pad)
     if (
         getattr(sampler, "seed_per_sample", False)
         and not isinstance(dataset, SeededDataset)

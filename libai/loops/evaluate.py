@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from libai.registry import LOOPS
-from libai.utils.dist import all_reduce_mean
+from libai.utils.dist import all_reduce_max, all_reduce_mean
 from libai.utils.signals import StopRequested
 
 from .base import BaseLoop
@@ -52,24 +52,29 @@ class _EvalLoop(BaseLoop):
         prefix = f"{stage}/{name}/" if name else f"{stage}/"
         runner.call_hook(f"before_{stage}_epoch")
         loss_sums: dict[str, Any] = {}  # per loss term: its batch values weighted by their items
-        limit = runner.limit_batches(len(loader))
+        # The evaluation samplers do not pad (runner.build_loader): each sample is seen once, and
+        # the shares of the ranks differ by one sample at most, so one rank may have a batch less.
+        own = len(loader)
+        most = all_reduce_max(own)
+        limit = runner.limit_batches(most)
         stop = getattr(runner, "stop_request", None)  # set while training, polled per batch
+        batches, last = iter(loader), None
         with torch.no_grad():
-            for idx, batch in enumerate(loader):
-                if idx >= limit:
-                    break
+            for idx in range(limit):
+                if idx >= own:  # this rank's share is done: its last batch again, the outputs
+                    if last is not None:  # dropped, keeps a sharded model's collectives in step
+                        runner.run_eval_step(last)
+                    _poll(stop, evaluator)
+                    continue
+                batch = last = next(batches)
                 runner.call_hook(f"before_{stage}_iter", batch_idx=idx, data_batch=batch)
                 outputs = runner.run_eval_step(batch)
                 _add_loss_terms(loss_sums, outputs, batch)
                 evaluator.process(batch, outputs)
                 runner.call_hook(f"after_{stage}_iter", batch_idx=idx, data_batch=batch, outputs=outputs)
-                if stop is not None:
-                    signum = stop.poll()
-                    if signum:  # the training loop saves its iteration and redoes this later
-                        _drop_partial_results(evaluator)
-                        raise StopRequested(signum)
+                _poll(stop, evaluator)
         dp = runner.data_parallel
-        size = len(loader.dataset) if limit >= len(loader) else min(
+        size = len(loader.dataset) if limit >= most else min(
             len(loader.dataset), limit * (loader.batch_size or 1) * dp.size)
         results = evaluator.evaluate(size, data_parallel=dp)
         metrics = {prefix + k: float(v) for k, v in results.items()}
@@ -81,6 +86,16 @@ class _EvalLoop(BaseLoop):
             metrics[prefix + "loss"] = sum(total[f"{k}/0"] / total[f"{k}/1"] for k in loss_sums)
         runner.call_hook(f"after_{stage}_epoch", metrics=metrics)
         return metrics
+
+
+def _poll(stop: Any, evaluator: Any) -> None:
+    """A stop signal on any rank (one all-reduce) ends the evaluation; the training loop saves its
+    iteration and redoes the evaluation after the resume."""
+    if stop is not None:
+        signum = stop.poll()
+        if signum:
+            _drop_partial_results(evaluator)
+            raise StopRequested(signum)
 
 
 def _add_loss_terms(sums: dict[str, Any], outputs: Any, batch: Any) -> None:

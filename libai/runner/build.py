@@ -144,13 +144,15 @@ def build_model(cfg: Any) -> nn.Module:
 def build_loader(cfg: Any, section: str, seed: int, data_parallel: DataParallel,
                  diff_rank_seed: bool) -> Any:
     """Build one data loader from its dict (or return a given DataLoader); its sampler reads
-    this process's share of the data (``data_parallel``: tensor-parallel peers share one)."""
+    this process's share of the data (``data_parallel``: tensor-parallel peers share one).
+    Evaluation samplers do not pad the shares: every sample counts once, in the loss too."""
     from libai.data import build_dataloader
 
     if not isinstance(cfg, dict):
         return cfg
     return build_dataloader(cfg, seed=seed, world_size=data_parallel.size, rank=data_parallel.rank,
-                            diff_rank_seed=diff_rank_seed, path=section)
+                            diff_rank_seed=diff_rank_seed, path=section,
+                            pad=section.startswith("train"))
 
 
 def check_model_fits_data(model: nn.Module, loader: Any, section: str) -> None:

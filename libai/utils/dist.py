@@ -29,6 +29,7 @@ __all__ = [
     "barrier",
     "all_reduce_mean",
     "all_reduce_sum",
+    "all_reduce_max",
     "all_gather_object",
     "broadcast_object",
     "collective_failure",
@@ -220,6 +221,15 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     if is_distributed():
         dist.all_reduce(tensor)
     return tensor
+
+
+def all_reduce_max(value: int) -> int:
+    """The largest of each rank's ``value`` (one collective)."""
+    if not is_distributed():
+        return value
+    t = torch.tensor([int(value)], dtype=torch.int64, device=_comm_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
 
 
 def all_reduce_min(value: float) -> float:

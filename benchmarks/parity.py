@@ -32,6 +32,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,6 +96,7 @@ class Run:
     samples: dict[str, int] = field(default_factory=dict)
     weights: dict = field(default_factory=dict)
     effective_batch: int | None = None
+    seconds: float = 0.0
 
 
 def train(model: str, work: Path, steps: int, nproc: int, options: tuple[str, ...],
@@ -111,10 +113,11 @@ def train(model: str, work: Path, steps: int, nproc: int, options: tuple[str, ..
            "+default_hooks.logger.plot=False",
            *options]
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    start = time.perf_counter()
     out = subprocess.run(cmd, cwd=work.parent, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}\nexited {out.returncode}:\n{out.stderr[-3000:]}")
-    run = Run()
+    run = Run(seconds=time.perf_counter() - start)
     scalars = next(work.glob("*/scalars.jsonl"))
     for line in scalars.read_text().splitlines():
         row = json.loads(line)
@@ -227,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results, failed = {}, []
     print(f"{'model':<6} {'layout':<11} {'loss':>9} {'weights':>9} {'metrics':>9} "
-          f"{'tolerance':>9}  samples (val, test)  ok")
+          f"{'tolerance':>9}  samples (val, test)  ok  time")
     with tempfile.TemporaryDirectory(prefix="libai-parity-") as tmp:
         for model in args.models:
             sizes, refs = set_sizes(model), {}
@@ -255,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                        f"{result['samples']['test']}/{sizes['test']}"
                 print(f"{model:<6} {name:<11} {result['loss']:9.1e} {result['weights']:9.1e} "
                       f"{result['metrics']:9.1e} {lay.tolerance:9.0e}  {seen:<19}  "
-                      f"{'yes' if result['ok'] else 'NO'}", flush=True)
+                      f"{'yes' if result['ok'] else 'NO':<3} {run.seconds:4.0f} s", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     if failed:

@@ -1,0 +1,45 @@
+"""Data-parallel coordinates come from the layout: tensor-parallel peers read the same share, data
+ranks read disjoint shares whose union is the epoch, and evaluation shares are not padded."""
+
+import pytest
+
+from libai.data import DefaultSampler
+from libai.parallel import parse_parallel
+from libai.runner.build import build_loader
+
+
+@pytest.mark.parametrize("sizes,world,expected", [
+    (dict(), 4, [(0, 4, 0, 1), (1, 4, 0, 1), (2, 4, 0, 1), (3, 4, 0, 1)]),
+    (dict(tensor=2), 2, [(0, 1, 0, 2), (0, 1, 1, 2)]),
+    (dict(fsdp=2, tensor=2), 4, [(0, 2, 0, 2), (0, 2, 1, 2), (1, 2, 0, 2), (1, 2, 1, 2)]),
+    (dict(data=2, fsdp=2), 4, [(0, 4, 0, 1), (1, 4, 0, 1), (2, 4, 0, 1), (3, 4, 0, 1)]),
+])
+def test_the_layout_gives_each_process_its_share(sizes, world, expected):
+    pc = parse_parallel(sizes, world)
+    got = [pc.data_parallel(rank) for rank in range(world)]
+    assert [(d.rank, d.size, d.replica, d.replicas) for d in got] == expected
+
+
+def test_peers_read_one_share_and_shares_cover_the_epoch_once():
+    pc = parse_parallel(dict(fsdp=2, tensor=2), 4)
+    orders = []
+    for rank in range(4):
+        dp = pc.data_parallel(rank)
+        sampler = DefaultSampler(list(range(11)), seed=3, rank=dp.rank, world_size=dp.size)
+        orders.append(list(sampler))
+    assert orders[0] == orders[1] and orders[2] == orders[3]  # tensor-parallel peers
+    assert len(set(orders[0]) & set(orders[2])) <= 1  # disjoint, but for the one padding sample
+    assert set(orders[0]) | set(orders[2]) == set(range(11))
+
+
+def test_evaluation_loaders_do_not_pad_the_shares():
+    dp = parse_parallel(None, 2).data_parallel(1)
+    cfg = dict(dataset=list(range(11)), sampler=dict(type="DefaultSampler", shuffle=False),
+               batch_size=4)
+    train = build_loader(dict(cfg), "train_dataloader", 0, dp, False)
+    val = build_loader(dict(cfg), "val_dataloader", 0, dp, False)
+    assert list(train.sampler) == [1, 3, 5, 7, 9, 0]  # padded: 12 over 2 ranks, 0 seen twice
+    assert list(val.sampler) == [1, 3, 5, 7, 9]  # each sample once
+    explicit = build_loader(dict(cfg, sampler=dict(type="DefaultSampler", shuffle=False,
+                                                    round_up=True)), "val_dataloader", 0, dp, False)
+    assert list(explicit.sampler) == [1, 3, 5, 7, 9, 0]  # the config's own choice wins

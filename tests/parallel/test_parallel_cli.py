@@ -1,6 +1,7 @@
 """The parallel key through the tools: FSDP2 on two processes trains, checkpoints sharded and
 tests; one process reads the sharded checkpoint as it is and converted to one file, with the
-same metrics; a lost shard is one clear line."""
+same metrics; a lost shard is one clear line. (Graph mode on FSDP2 against one eager process:
+the fsdp+graph row of tests/parallel/test_parity.py.)"""
 
 import os
 import re
@@ -83,18 +84,3 @@ def test_fsdp_run_checkpoint_converted_and_tested_in_one_process(fsdp_run, tmp_p
                 str(tmp_path / "t3"))
     assert lost.returncode == 2 and "Traceback" not in lost.stderr, lost.stderr[-3000:]
     assert "__1_0.distcp" in lost.stderr and "is missing (one rank's shard lost" in lost.stderr
-
-
-@pytest.mark.slow
-def test_graph_mode_on_fsdp_trains_like_eager_fsdp(fsdp_run, tmp_path):
-    """Through the CLI; the aot_eager backend spares the C++ build (tests/tools/test_graph_cli.py
-    runs inductor, tests/parallel/test_parallel.py the per-block compile of a transformer)."""
-    out = tool(os.path.join(ROOT, "tools", "train.py"), DIGITS, "--graph", "--work-dir",
-               str(tmp_path / "graph"), "--cfg-options", "parallel.fsdp=2", *SHORT,
-               "+optim_wrapper.compile.backend=aot_eager", launcher=TORCHRUN)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "no parity check on a sharded model" in out.stdout
-    eager, graph = metrics_of(fsdp_run[1]), metrics_of(out.stdout)
-    assert abs(graph["test/accuracy"] - eager["test/accuracy"]) < 0.01, (graph, eager)
-    assert abs(graph["test/loss"] - eager["test/loss"]) < 1e-3, (graph, eager)
-

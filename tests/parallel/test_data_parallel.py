@@ -43,3 +43,26 @@ def test_evaluation_loaders_do_not_pad_the_shares():
     explicit = build_loader(dict(cfg, sampler=dict(type="DefaultSampler", shuffle=False,
                                                     round_up=True)), "val_dataloader", 0, dp, False)
     assert list(explicit.sampler) == [1, 3, 5, 7, 9, 0]  # the config's own choice wins
+
+
+def test_a_loss_over_varying_items_becomes_the_mean_over_every_share(monkeypatch):
+    """Rank 0 has 3 masked tokens (loss sum 6), rank 1 has 1 (sum 5): one process would report
+    11 / 4. Each rank's scaled loss, averaged as DDP averages gradients, gives that mean."""
+    import torch
+
+    from libai.model import contract
+    from libai.utils.dist import DataParallel
+
+    counts = {0: 3.0, 1: 1.0}
+    sums = {0: 6.0, 1: 5.0}
+    monkeypatch.setattr(contract, "all_reduce_sum", lambda t: t.fill_(sum(counts.values())))
+    scaled = []
+    for rank in (0, 1):
+        outputs = {"mlm_loss": torch.tensor(sums[rank] / counts[rank]), "nsp_loss": torch.tensor(1.0),
+                   "num_items": {"mlm_loss": torch.tensor(counts[rank])}}
+        out = contract.mean_over_data_parallel(outputs, DataParallel(rank, 2))
+        assert out["nsp_loss"] is outputs["nsp_loss"]  # a per-sample mean: left as it is
+        scaled.append(out["mlm_loss"])
+    torch.testing.assert_close((scaled[0] + scaled[1]) / 2, torch.tensor(11 / 4))
+    one = {"mlm_loss": torch.tensor(2.0), "num_items": {"mlm_loss": torch.tensor(3)}}
+    assert contract.mean_over_data_parallel(one, DataParallel()) is one  # one share: untouched

@@ -1,9 +1,24 @@
 """Suite-wide settings."""
 
+import importlib.util
 import logging
 import os
+import sys
 
 import pytest
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """``load_script(path, name)``: a script of tools/ or benchmarks/ (not packages) imported as
+    the module ``name``, registered in sys.modules (dataclasses look their module up there)."""
+    def load(path, name):
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,7 +2,6 @@
 comparison, the peak table, the figures read from scalars.jsonl) hold; the --tiny smoke run
 (slow) takes the real code path on this CPU."""
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -18,13 +17,9 @@ no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machi
 
 
 @pytest.fixture(scope="module")
-def gpu():
-    spec = importlib.util.spec_from_file_location("libai_gpu_benchmark", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+def gpu(load_script):
+    yield load_script(BENCH, "libai_gpu_benchmark")
+    del sys.modules["libai_gpu_benchmark"]
 
 
 @no_cuda

@@ -6,7 +6,6 @@ The 4-process rows run by hand: ``LIBAI_FOUR_PROCESSES=1 python -m pytest
 tests/parallel/test_parity.py`` (or ``python benchmarks/parity.py --layouts fsdp+tp hsdp``).
 """
 
-import importlib.util
 import json
 import os
 import re
@@ -18,9 +17,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "parity.py"
-_spec = importlib.util.spec_from_file_location("parity", SCRIPT)
-parity = sys.modules["parity"] = importlib.util.module_from_spec(_spec)  # dataclasses look there
-_spec.loader.exec_module(parity)
+
+
+@pytest.fixture(scope="module")
+def parity(load_script):
+    return load_script(SCRIPT, "parity")
 
 
 def run_matrix(tmp_path, *args):
@@ -31,7 +32,7 @@ def run_matrix(tmp_path, *args):
     return json.loads(out.read_text()), run.stdout
 
 
-def test_docs_table_is_the_scripts():
+def test_docs_table_is_the_scripts(parity):
     text = (ROOT / "docs" / "parallel.md").read_text()
     found = re.search(r"<!-- parity table: .*? -->\n(.*?)\n<!-- end of parity table -->", text, re.S)
     assert found, "docs/parallel.md has lost its parity table markers"
@@ -39,7 +40,7 @@ def test_docs_table_is_the_scripts():
         "docs/parallel.md's parity table is stale: paste `python benchmarks/parity.py --markdown`")
 
 
-def test_a_layout_outside_its_tolerance_fails():
+def test_a_layout_outside_its_tolerance_fails(parity):
     result = {"loss": 1e-7, "weights": 3e-5, "metrics": 1e-8, "samples": {"val": 5, "test": 6},
               "sizes": {"val": 5, "test": 6}, "effective_batch": (8, 8)}
     lay = parity.LAYOUTS["ddp"]
@@ -51,7 +52,7 @@ def test_a_layout_outside_its_tolerance_fails():
 
 
 @pytest.mark.slow
-def test_every_suite_layout_equals_one_process(tmp_path):
+def test_every_suite_layout_equals_one_process(tmp_path, parity):
     results, stdout = run_matrix(tmp_path, "--suite")
     expected = {f"{m}/{name}" for name, lay in parity.LAYOUTS.items() for m in lay.suite}
     assert set(results) == expected, stdout
@@ -62,7 +63,7 @@ def test_every_suite_layout_equals_one_process(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("LIBAI_FOUR_PROCESSES") != "1",
                     reason="4 processes: by hand, LIBAI_FOUR_PROCESSES=1 (too slow on 2 CI cores)")
-def test_four_process_layouts_equal_one_process(tmp_path):
+def test_four_process_layouts_equal_one_process(tmp_path, parity):
     four = [name for name, lay in parity.LAYOUTS.items() if lay.nproc == 4]
     results, stdout = run_matrix(tmp_path, "--layouts", *four)
     assert all(r["ok"] for r in results.values()), stdout

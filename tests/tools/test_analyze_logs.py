@@ -1,6 +1,5 @@
 """tools/analyze_logs.py: curves, iteration times and summaries of runs; bad input in one line."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -18,13 +17,9 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def tool():
-    spec = importlib.util.spec_from_file_location("analyze_logs_tool", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+def tool(load_script):
+    yield load_script(TOOL, "analyze_logs_tool")
+    sys.modules.pop("analyze_logs_tool", None)
 
 
 def _write(path, rows):

@@ -15,9 +15,9 @@ one process that trains on the same global batch, on:
 
 A layout passes when loss, weights and metrics are within its tolerance (:data:`LAYOUTS`) and the
 samples are right. ``--check`` exits 1 otherwise. The table in docs/parallel.md is
-``--markdown``'s output (tests/parallel/test_parity.py holds them equal). The suite runs each
-2-process row for one model at least (``--suite``: the table's last column); without options the
-script runs every 2-process row for both models, and the 4-process rows by hand
+``--markdown``'s output (tests/parallel/test_parity.py holds them equal). The suite runs the rows
+the table's last column names, for that model, on the validation set only (``--suite``); without
+options the script runs every 2-process row for both models, the 4-process rows by hand
 (``--layouts fsdp+tp hsdp``).
 
     python benchmarks/parity.py [--models gpt2 bert] [--layouts ddp tp ...] [--steps 6]
@@ -67,16 +67,17 @@ class Layout:
 
 
 _AOT = "+optim_wrapper.compile.backend=aot_eager"  # graph mode without the C++ build
-# ``suite``: the models tests/parallel/test_parity.py runs the row for (the CI machine's 2 cores
-# cannot afford every pair; `python benchmarks/parity.py` runs them all). Each row runs for one
-# model at least, BERT where its masked-token loss matters (data parallel, accumulation).
+# ``suite``: the models tests/parallel/test_parity.py runs the row for, validation set only (the
+# CI machine's 2 cores cannot afford every pair; `python benchmarks/parity.py` runs them all):
+# BERT where its masked-token loss matters (data parallel, accumulation). fsdp and fsdp+ac are
+# in the suite through fsdp+graph and tests/parallel/test_parallel.py (activation checkpointing
+# bit-identical), and run here by hand.
 _GPT, _BERT = ("gpt2",), ("bert",)
 LAYOUTS = {
     "ddp": Layout(2, data_shares=2, suite=_BERT),
-    "fsdp": Layout(2, ("parallel.fsdp=2",), data_shares=2, suite=_BERT),
+    "fsdp": Layout(2, ("parallel.fsdp=2",), data_shares=2),
     "tp": Layout(2, ("parallel.tensor=2",), suite=_GPT),
-    "fsdp+ac": Layout(2, ("parallel.fsdp=2", "activation_checkpointing=blocks"), data_shares=2,
-                      suite=_GPT),
+    "fsdp+ac": Layout(2, ("parallel.fsdp=2", "activation_checkpointing=blocks"), data_shares=2),
     "ddp+acc2": Layout(2, ("+optim_wrapper.accumulative_counts=2",), data_shares=2,
                        reference="acc2", suite=_BERT),
     "fsdp+graph": Layout(2, ("parallel.fsdp=2", _AOT), ("--graph",), data_shares=2,
@@ -107,7 +108,7 @@ class Run:
 
 
 def train(model: str, work: Path, steps: int, nproc: int, options: tuple[str, ...],
-          flags: tuple[str, ...], batch: int) -> Run:
+          flags: tuple[str, ...], batch: int, stages: tuple[str, ...] = ("val", "test")) -> Run:
     """One training run through the user's entry point; what it logged and saved."""
     config, shrink = MODELS[model]
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
@@ -118,7 +119,7 @@ def train(model: str, work: Path, steps: int, nproc: int, options: tuple[str, ..
            f"train_dataloader.batch_size={batch}", "default_hooks.logger.interval=1",
            f"default_hooks.checkpoint.interval={steps}", "default_hooks.checkpoint.save_best=None",
            "+default_hooks.logger.plot=False",
-           *options]
+           *options, *(() if "test" in stages else ("test_dataloader=None", "test_evaluator=None"))]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     start = time.perf_counter()
     out = subprocess.run(cmd, cwd=work.parent, env=env, capture_output=True, text=True)
@@ -131,8 +132,8 @@ def train(model: str, work: Path, steps: int, nproc: int, options: tuple[str, ..
         if "train/loss" in row:
             run.losses[row["step"]] = row["train/loss"]
         run.metrics.update({k: v for k, v in row.items() if k.startswith(("val/", "test/"))})
-    for stage, pattern in (("val", r"Iter\(val\) .*samples: (\d+)"),
-                           ("test", r"Test \(iteration .*samples: (\d+)")):
+    patterns = {"val": r"Iter\(val\) .*samples: (\d+)", "test": r"Test \(iteration .*samples: (\d+)"}
+    for stage, pattern in ((s, patterns[s]) for s in stages):
         found = re.findall(pattern, out.stdout)
         run.samples[stage] = int(found[-1]) if found else -1
     found = re.search(r"effective batch size .* = (\d+)", out.stdout)
@@ -158,14 +159,14 @@ def final_weights(path: Path) -> dict:
         return torch.load(os.path.join(tmp, "full.pt"), weights_only=True)["model"]
 
 
-def set_sizes(model: str) -> dict[str, int]:
+def set_sizes(model: str, stages: tuple[str, ...] = ("val", "test")) -> dict[str, int]:
     """The sizes of the validation and test sets, from the config's own loaders."""
     from libai.config import Config
     from libai.data import build_dataloader
 
     cfg = Config.fromfile(ROOT / MODELS[model][0])
     return {stage: len(build_dataloader(cfg[f"{stage}_dataloader"], seed=0).dataset)
-            for stage in ("val", "test")}
+            for stage in stages}
 
 
 def _rel(a: float, b: float) -> float:
@@ -236,11 +237,12 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown())
         return 0
     results, failed = {}, []
+    stages = ("val",) if args.suite else ("val", "test")  # the suite's cheap form: no test set
     print(f"{'model':<6} {'layout':<11} {'loss':>9} {'weights':>9} {'metrics':>9} "
           f"{'tolerance':>9}  samples (val, test)  ok  time")
     with tempfile.TemporaryDirectory(prefix="libai-parity-") as tmp:
         for model in args.models:
-            sizes, refs = set_sizes(model), {}
+            sizes, refs = set_sizes(model, stages), {}
             for name in args.layouts:
                 lay = LAYOUTS[name]
                 if args.suite and model not in lay.suite:
@@ -249,9 +251,10 @@ def main(argv: list[str] | None = None) -> int:
                     if lay.reference not in refs:
                         options, flags = REFERENCES[lay.reference]
                         refs[lay.reference] = train(model, Path(tmp, f"{model}-{lay.reference}"),
-                                                    args.steps, 1, options, flags, GLOBAL_BATCH)
+                                                    args.steps, 1, options, flags, GLOBAL_BATCH,
+                                                    stages)
                     run = train(model, Path(tmp, f"{model}-{name}"), args.steps, lay.nproc,
-                                lay.options, lay.flags, GLOBAL_BATCH // lay.data_shares)
+                                lay.options, lay.flags, GLOBAL_BATCH // lay.data_shares, stages)
                 except RuntimeError as e:  # a run that fails is a row that fails
                     print(f"{model:<6} {name:<11} failed: {e}", flush=True)
                     results[f"{model}/{name}"] = {"ok": False, "error": str(e)}
@@ -261,8 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                 result["ok"] = passes(result, lay)
                 results[f"{model}/{name}"] = result
                 failed += [] if result["ok"] else [f"{model}/{name}"]
-                seen = f"{result['samples']['val']}/{sizes['val']}, " \
-                       f"{result['samples']['test']}/{sizes['test']}"
+                seen = ", ".join(f"{result['samples'][s]}/{sizes[s]}" for s in stages)
                 print(f"{model:<6} {name:<11} {result['loss']:9.1e} {result['weights']:9.1e} "
                       f"{result['metrics']:9.1e} {lay.tolerance:9.0e}  {seen:<19}  "
                       f"{'yes' if result['ok'] else 'NO':<3} {run.seconds:4.0f} s", flush=True)

@@ -45,10 +45,13 @@ TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "
 
 @pytest.fixture(scope="module")
 def fsdp_run(tmp_path_factory):
-    """One eager FSDP2 training of digits on 2 processes: its work dir and its output."""
+    """One eager FSDP2 training of digits on 2 processes: its work dir and its output. The 359
+    validation samples are not padded: 180 and 179 per process, in batches of 179, so rank 0
+    has 2 batches and rank 1 one, and rank 1 runs a filler forward for FSDP's all-gathers."""
     work = tmp_path_factory.mktemp("fsdp")
     run = tool(os.path.join(ROOT, "tools", "train.py"), DIGITS, "--work-dir", str(work),
-               "--cfg-options", "parallel.fsdp=2", *SHORT, launcher=TORCHRUN)
+               "--cfg-options", "parallel.fsdp=2", "val_dataloader.batch_size=179", *SHORT,
+               launcher=TORCHRUN)
     assert run.returncode == 0, run.stderr[-3000:]
     return work, run.stdout
 
@@ -57,6 +60,7 @@ def fsdp_run(tmp_path_factory):
 def test_fsdp_run_checkpoint_converted_and_tested_in_one_process(fsdp_run, tmp_path):
     work, stdout = fsdp_run
     assert "Parallel: fsdp over 2 process(es)" in stdout
+    assert "samples: 359" in stdout and "samples: 270" in stdout  # each sample once
     ckpt = work / "iter_30.pth"
     assert load_checkpoint(ckpt)["sharded"]["world_size"] == 2 and (work / "iter_30.dcp").is_dir()
     expected = metrics_of(stdout)

@@ -51,17 +51,23 @@ def test_nsp_loss_reaches_the_encoder_and_fits_fixed_pairs(pairs):
                  "bert.embeddings.word_embeddings.weight", "sentence_head.weight"):
         grad = model.get_parameter(name).grad
         assert grad is not None and grad.abs().sum() > 0, name
-    # trained as the engine trains it, on the sum of both losses
+    # trained as the engine trains it, on the sum of both losses, until it has every label right
+    # (30 to 60 steps for init seeds 0-2; at this rate it may then wobble, so the test stops there)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    for _ in range(60):
+    hits = []
+    for step in range(1, 121):
         loss = sum(v for k, v in model(batch).items() if k.endswith("loss"))
         opt.zero_grad()
         loss.backward()
         opt.step()
-    model.eval()
-    with torch.no_grad():
-        logits = model(batch)["nsp_logits"]  # (N, 2)
-    assert torch.equal(logits.argmax(1), batch["next_sentence_label"])
+        if step % 10 == 0:
+            with torch.no_grad():
+                logits = model.eval()(batch)["nsp_logits"]  # (N, 2)
+            hits.append(int((logits.argmax(1) == batch["next_sentence_label"]).sum()))
+            if hits[-1] == N:
+                break
+            model.train()
+    assert hits[-1] == N, hits
 
 
 def test_shipped_nsp_metric_reads_the_nsp_logits_and_labels(pairs):

@@ -1,9 +1,10 @@
 """Next-sentence prediction end to end: the dataset's pairs, BertForPreTraining's pooler and NSP
 head, and the shipped configs' NSP metric agree on one key and one convention.
 
-``configs/bert_tiny.py`` keeps its NSP accuracy at chance on Shakespeare (docs/models.md,
-"Next sentence prediction on Shakespeare"); these tests pin that the pipeline can learn it, so
-that a chance-level figure points at the optimisation, not at the wiring.
+``configs/bert_tiny.py`` keeps its NSP accuracy at chance for its 1,500 iterations and leaves
+chance only after about 2,500 (docs/models.md, "Next sentence prediction on Shakespeare"); these
+tests pin that the pipeline can learn it, so that a chance-level figure points at the
+optimisation, not at the wiring.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ SEQ, N = 64, 32
 
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
-    """N real pairs (both labels) and a tiny BERT of the corpus's vocabulary."""
+    """The dataset and a batch of N of its pairs (both labels present)."""
     docs = shakespeare_documents(num_plays=4, max_lines=400)
-    corpus = write_corpus(tmp_path_factory.mktemp("nsp") / "wp", docs,
-                          train_tokenizer(docs, "wordpiece", 1000))
+    corpus = write_corpus(
+        tmp_path_factory.mktemp("nsp") / "wp", docs, train_tokenizer(docs, "wordpiece", 1000)
+    )
     ds = BertPretrainingDataset(corpus, max_seq_length=SEQ)
     batch = default_collate([ds[SampleKey(i * 7 % len(ds), i, 0)] for i in range(N)])
     assert 0 < batch["next_sentence_label"].sum() < N
@@ -39,16 +41,27 @@ def pairs(tmp_path_factory):
 
 def tiny_bert(ds, **kw):
     torch.manual_seed(0)
-    return BertForPreTraining(vocab_size=ds.vocab_size, hidden_size=32, num_layers=2, num_heads=2,
-                              ffn_hidden_size=64, max_position_embeddings=SEQ, **kw)
+    return BertForPreTraining(
+        vocab_size=ds.vocab_size,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        ffn_hidden_size=64,
+        max_position_embeddings=SEQ,
+        **kw,
+    )
 
 
 def test_nsp_loss_reaches_the_encoder_and_fits_fixed_pairs(pairs):
     ds, batch = pairs
     model = tiny_bert(ds, hidden_dropout=0.0, attention_dropout=0.0)
     model(batch)["nsp_loss"].backward()  # the NSP loss alone: pooler, then every block
-    for name in ("bert.pooler.dense.weight", "bert.blocks.0.attn.q_proj.weight",
-                 "bert.embeddings.word_embeddings.weight", "sentence_head.weight"):
+    for name in (
+        "bert.pooler.dense.weight",
+        "bert.blocks.0.attn.q_proj.weight",
+        "bert.embeddings.word_embeddings.weight",
+        "sentence_head.weight",
+    ):
         grad = model.get_parameter(name).grad
         assert grad is not None and grad.abs().sum() > 0, name
     # trained as the engine trains it, on the sum of both losses, until it has every label right

@@ -22,13 +22,20 @@ from libai.utils.errors import CheckpointError
 from libai.utils.suggest import did_you_mean
 
 from ._fs import atomic_write, describe_os_error
-from .manifest import MANIFEST_SUFFIX, manifest_path, verify_checkpoint, write_manifest
+from .manifest import (
+    CHECKPOINT_SUFFIXES,
+    MANIFEST_SUFFIX,
+    is_complete,
+    manifest_path,
+    move_aside,
+    verify_checkpoint,
+    write_manifest,
+)
 from .state import check_state
 
 __all__ = ["save_checkpoint", "load_checkpoint", "CHECKPOINT_SUFFIXES"]
 
 #: File name endings that :func:`~libai.checkpoint.list_checkpoints` treats as checkpoints.
-CHECKPOINT_SUFFIXES = (".pth", ".pt", ".ckpt")
 
 _ZIP_MAGIC = b"PK\x03\x04"
 _PICKLE_PROTO = 0x80
@@ -89,9 +96,6 @@ def write_checked_state(state: dict[str, Any], path: str | os.PathLike) -> dict[
 def _keep_foreign_file(path: Path) -> None:
     """A file already at ``path`` that is not a complete checkpoint (damaged, unfinished, or not
     libai's) is evidence: move it aside to ``<name>.damaged`` before writing, never over it."""
-    from .manifest import is_complete
-    from .workdir import move_aside  # workdir imports this module
-
     if not path.is_file() or is_complete(path, check_sha256=False):
         return
     moved = move_aside(path)

@@ -6,6 +6,9 @@ size and sha256 and carries its own checksum, which catches a manifest edited by
 on disk. It protects against accidents (crashes, truncation, bit rot, copies gone wrong), not
 against someone who rewrites both files on purpose; :func:`~libai.checkpoint.load_checkpoint`
 stays safe in that case because it never runs code from a file.
+
+A file that is not a complete checkpoint is never written over: :func:`move_aside` renames it
+(and its manifest) to ``<name>.damaged``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import torch
 from libai.utils.errors import CheckpointError
 from libai.version import __version__ as libai_version
 
-from ._fs import WriteResult, atomic_write
+from ._fs import WriteResult, atomic_write, describe_os_error
 
 __all__ = [
     "MANIFEST_SUFFIX",
@@ -32,9 +35,14 @@ __all__ = [
     "verify_checkpoint",
     "is_complete",
     "file_sha256",
+    "move_aside",
+    "CHECKPOINT_SUFFIXES",
+    "DAMAGED_SUFFIX",
 ]
 
 MANIFEST_SUFFIX = ".manifest.json"
+CHECKPOINT_SUFFIXES = (".pth", ".pt", ".ckpt")  # what counts as a checkpoint file
+DAMAGED_SUFFIX = ".damaged"  # a file set aside, every byte kept
 _FORMAT = "libai-checkpoint"
 _FORMAT_VERSION = 1
 _REWRITE_HINT = (
@@ -192,3 +200,34 @@ def is_complete(path: str | os.PathLike, check_sha256: bool = True) -> bool:
     except CheckpointError:
         return False
     return True
+
+
+def _free_name(path: Path) -> Path:
+    target = path.with_name(path.name + DAMAGED_SUFFIX)
+    n = 1
+    while target.exists() or target.is_symlink():
+        target = path.with_name(f"{path.name}{DAMAGED_SUFFIX}.{n}")
+        n += 1
+    return target
+
+
+def move_aside(path: str | os.PathLike) -> list[Path]:
+    """Rename a checkpoint and its manifest to ``<name>.damaged`` (``.damaged.1`` ... when taken),
+    keeping every byte; nothing is ever written over. Returns the new paths.
+
+    Raises:
+        CheckpointError: A file cannot be renamed (the message names it and the cause).
+    """
+    moved = []
+    for victim in (Path(path), manifest_path(path)):
+        if not victim.exists():
+            continue
+        target = _free_name(victim)
+        try:
+            os.rename(victim, target)  # within one folder: atomic, the bytes stay where they are
+        except OSError as e:
+            cause, fix = describe_os_error(e)
+            raise CheckpointError(
+                f"Cannot rename '{victim}' to '{target.name}': {cause}. {fix}.") from e
+        moved.append(target)
+    return moved

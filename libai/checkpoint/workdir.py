@@ -21,8 +21,15 @@ from libai.utils import dist
 from libai.utils.errors import CheckpointError
 
 from ._fs import atomic_write, describe_os_error
-from .io import CHECKPOINT_SUFFIXES
-from .manifest import is_complete, manifest_path, read_manifest, verify_checkpoint
+from .manifest import (
+    CHECKPOINT_SUFFIXES,
+    DAMAGED_SUFFIX,
+    is_complete,
+    manifest_path,
+    move_aside,
+    read_manifest,
+    verify_checkpoint,
+)
 from .sharded import sharded_folder
 
 __all__ = [
@@ -39,7 +46,6 @@ __all__ = [
 ]
 
 LATEST_NAME = "latest_checkpoint"
-DAMAGED_SUFFIX = ".damaged"
 _logger = logging.getLogger("libai.checkpoint")
 
 
@@ -225,37 +231,6 @@ def damaged_checkpoints(work_dir: str | os.PathLike) -> list[Path]:
     """Checkpoints in ``work_dir`` that are not complete: no valid manifest, or their size or
     sha256 differs from it (truncated, modified, or never finished). Oldest first."""
     return [p for p in list_checkpoints(work_dir) if not is_complete(p)]
-
-
-def _free_name(path: Path) -> Path:
-    target = path.with_name(path.name + DAMAGED_SUFFIX)
-    n = 1
-    while target.exists() or target.is_symlink():
-        target = path.with_name(f"{path.name}{DAMAGED_SUFFIX}.{n}")
-        n += 1
-    return target
-
-
-def move_aside(path: str | os.PathLike) -> list[Path]:
-    """Rename a checkpoint and its manifest to ``<name>.damaged`` (``.damaged.1`` ... when taken),
-    keeping every byte; nothing is ever written over. Returns the new paths.
-
-    Raises:
-        CheckpointError: A file cannot be renamed (the message names it and the cause).
-    """
-    moved = []
-    for victim in (Path(path), manifest_path(path)):
-        if not victim.exists():
-            continue
-        target = _free_name(victim)
-        try:
-            os.rename(victim, target)  # within one folder: atomic, the bytes stay where they are
-        except OSError as e:
-            cause, fix = describe_os_error(e)
-            raise CheckpointError(
-                f"Cannot rename '{victim}' to '{target.name}': {cause}. {fix}.") from e
-        moved.append(target)
-    return moved
 
 
 def keep_other_runs_checkpoint(path: str | os.PathLike, run_folder: str | None) -> Path | None:

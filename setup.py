@@ -1,5 +1,6 @@
 """Install libai. The configs/ folder ships inside the package as ``libai/configs`` so that user
-configs outside the repository can inherit them with ``_base_ = "libai::_base_/..."``."""
+configs outside the repository can inherit them with ``_base_ = "libai::_base_/..."``, and the
+``libai`` command (``libai train bert_tiny``) finds them by name from any folder."""
 
 import os
 import re
@@ -41,6 +42,7 @@ setup(
     package_dir={"libai.configs": "configs"},
     package_data={"libai.configs": ["**/*.py", "**/*.yaml", "**/*.yml", "**/*.json"]},
     include_package_data=True,
+    entry_points={"console_scripts": ["libai = libai.cli:main"]},
     install_requires=read_requirements("runtime.txt"),
     extras_require={
         "optional": read_requirements("optional.txt"),

@@ -23,6 +23,9 @@ LAYER = {
     "hooks": 3,
     "loops": 3,
     "runner": 4,
+    "analysis": 5,  # looking at runs and data: logs, browse, summary
+    "tuning": 5,  # lr_find, sweeps
+    "cli": 6,  # the `libai` command: parsers around the packages above
 }
 # Same-layer pairs that must not import each other either.
 FORBIDDEN = {("config", "registry"), ("registry", "config"), ("hooks", "loops"), ("loops", "hooks")}

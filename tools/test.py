@@ -2,48 +2,13 @@
 
     python tools/test.py CONFIG CHECKPOINT [--dump preds.pt] [--work-dir DIR]
         [--cfg-options key=value ...] [--debug]
+
+The same as ``libai test ...``; the command is :mod:`libai.cli.test`.
 """
 
-import argparse
-
-from libai.config import Config, add_cfg_options_argument
-from libai.runner import Runner
-from libai.runner.preflight import check_input_path
+from libai.cli.test import main, parse_args  # noqa: F401
 from libai.utils.cli import run_cli
 from libai.utils.dist import destroy_dist
-from libai.utils.paths import check_output_path
-
-
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Evaluate a checkpoint with a libai config.")
-    parser.add_argument("config", help="config file (.py, .yaml or .json)")
-    parser.add_argument("checkpoint", help="checkpoint file to load weights from")
-    parser.add_argument("--work-dir", help="folder for the logs (overrides work_dir)")
-    parser.add_argument("--dump", metavar="FILE",
-                        help="also save the model outputs for every test sample (.pt or .jsonl)")
-    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
-    add_cfg_options_argument(parser)
-    return parser.parse_args(argv)
-
-
-def main(argv=None):
-    args = parse_args(argv)
-    cfg = Config.fromfile(args.config)
-    cfg.merge_from_options(args.cfg_options or {})
-    if args.work_dir:
-        cfg.work_dir = args.work_dir
-    check_input_path("checkpoint", args.checkpoint)  # named as the user gave it
-    cfg.load_from = args.checkpoint
-    cfg.resume = False
-    if args.dump:
-        check_output_path(args.dump, "--dump")  # checked before the evaluation, not after it
-        hooks = list(cfg.get("custom_hooks") or [])
-        hooks.append(dict(type="DumpPredictionsHook", path=args.dump))
-        cfg.custom_hooks = hooks
-    runner = Runner.from_cfg(cfg)
-    metrics = runner.test()
-    runner.logger.info("Test metrics: " + "  ".join(f"{k}: {v:.4f}" for k, v in metrics.items()))
-
 
 if __name__ == "__main__":
     run_cli(main, teardown=destroy_dist)  # once main has returned: the runner is released

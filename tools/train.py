@@ -10,80 +10,13 @@ shard with DistributedDataParallel.
 Exit status: 0 done; 2 a mistake in the input (one line); 130 Ctrl-C; 128 + N stopped by signal N
 (143 SIGTERM, 138 SIGUSR1) once the checkpoint of the current iteration is written
 (docs/reliability.md).
+
+The same as ``libai train ...``; the command is :mod:`libai.cli.train`.
 """
 
-import argparse
-from collections.abc import Mapping
-
-import torch
-
-from libai.config import Config, add_cfg_options_argument
-from libai.runner import Runner
+from libai.cli.train import main, parse_args  # noqa: F401
 from libai.utils.cli import run_cli
 from libai.utils.dist import destroy_dist
-from libai.utils.errors import ConfigError
-
-
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Train a model from a libai config.")
-    parser.add_argument("config", help="config file (.py, .yaml or .json)")
-    parser.add_argument("--work-dir", help="folder for logs and checkpoints (overrides work_dir)")
-    parser.add_argument("--amp", action="store_true",
-                        help="mixed precision: float16 on CUDA, bfloat16 on CPU")
-    parser.add_argument("--graph", action="store_true",
-                        help="graph mode: the training step compiled (GraphOptimWrapper); "
-                             "with --amp, compiled with mixed precision")
-    parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="PATH",
-                        help="resume from the latest checkpoint in the work dir, or from PATH")
-    parser.add_argument("--allow-changes", nargs="+", metavar="KEY", default=None,
-                        help="on resume, accept these schedule changes (e.g. train_cfg.max_iters)")
-    parser.add_argument("--move-damaged", action="store_true",
-                        help="with --resume: if every checkpoint in the work dir is damaged, rename "
-                             "them to *.damaged (every byte kept) and start fresh instead of stopping")
-    parser.add_argument("--load-from", metavar="PATH", help="load weights only (no resume)")
-    parser.add_argument("--fast-dev-run", nargs="?", const=2, type=int, default=0, metavar="N",
-                        help="run N (default 2) train iterations and eval batches; save nothing")
-    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
-    add_cfg_options_argument(parser)
-    return parser.parse_args(argv)
-
-
-def main(argv=None):
-    args = parse_args(argv)
-    cfg = Config.fromfile(args.config)
-    cfg.merge_from_options(args.cfg_options or {})
-    if args.work_dir:
-        cfg.work_dir = args.work_dir
-    if args.amp or args.graph:
-        if not isinstance(cfg.get("optim_wrapper"), Mapping):
-            raise ConfigError(
-                f"--amp and --graph change optim_wrapper's type, so optim_wrapper must be a dict, "
-                f"got a built {type(cfg.get('optim_wrapper')).__name__}. Write "
-                f"optim_wrapper=dict(optimizer=..., type='GraphOptimWrapper' or 'AmpOptimWrapper') "
-                f"in the config instead of the flag.")
-        wrapper = dict(cfg.optim_wrapper)
-        wrapper["type"] = "GraphOptimWrapper" if args.graph else "AmpOptimWrapper"
-        if args.amp:
-            wrapper.setdefault("dtype", "float16" if torch.cuda.is_available() else "bfloat16")
-        cfg.optim_wrapper = wrapper
-    if args.resume is not None:
-        cfg.resume = args.resume
-    if args.allow_changes or args.move_damaged:
-        options = dict(cfg.get("resume_options") or {})
-        if args.allow_changes:
-            options["allow_changes"] = args.allow_changes
-        if args.move_damaged:
-            options["damaged"] = "rename"
-        cfg.resume_options = options
-    if args.load_from:
-        cfg.load_from = args.load_from
-    runner = Runner.from_cfg(cfg, fast_dev_run=args.fast_dev_run)
-    # the test set is built before training: a mistake in it must not cost the whole run
-    test_loop = None if args.fast_dev_run else runner.test_loop
-    runner.train()
-    if test_loop is not None:
-        runner.test()
-
 
 if __name__ == "__main__":
     run_cli(main, teardown=destroy_dist)  # once main has returned: the runner is released

@@ -1,0 +1,71 @@
+"""Config arguments of the commands: a file, or a shipped config by name from anywhere.
+
+>>> resolve_config("configs/digits_mlp.py")   # a file that exists: as given
+>>> resolve_config("bert_tiny")               # no such file here: <package configs>/bert_tiny.py
+>>> resolve_config("libai::bert_tiny.py")     # the loader reads libai:: itself
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from libai.config.loader import PACKAGE_PREFIX, SUFFIXES, package_config_root
+from libai.utils.errors import ConfigError
+from libai.utils.suggest import did_you_mean
+
+__all__ = ["resolve_config", "shipped_configs"]
+
+
+def shipped_configs() -> list[str]:
+    """The names of the shipped configs, relative to the package config folder
+    (``bert_tiny.py``, ``sweeps/digits_lr.py``); ``_base_`` parts are left out."""
+    root = package_config_root()
+    return sorted(
+        p.relative_to(root).as_posix() for p in root.rglob("*")
+        if p.suffix in SUFFIXES and p.is_file() and "_base_" not in p.relative_to(root).parts
+        and p.name != "__init__.py"
+    )
+
+
+def resolve_config(ref: str) -> str:
+    """The config file that ``ref`` names.
+
+    A file that exists (relative to the working directory) wins, then a shipped config of that
+    name (``bert_tiny``, ``bert_tiny.py``, ``configs/bert_tiny.py`` or ``sweeps/digits_lr``).
+    ``libai::...`` is returned as it is (the loader reads it).
+
+    Raises:
+        ConfigError: ``ref`` is a bare name (no folder, not ``.``-relative) that is neither a file
+            here nor a shipped config; the message suggests the closest shipped configs. A path
+            with a folder is returned as given, so the loader's own error explains it.
+    """
+    if ref.startswith(PACKAGE_PREFIX) or os.path.exists(os.path.expanduser(ref)):
+        return ref
+    shipped = _shipped_path(ref)
+    if shipped is not None:
+        return str(shipped)
+    if os.sep in ref or "/" in ref or os.path.isabs(ref):
+        return ref  # a path: the loader's message names the folder and close file names
+    names = shipped_configs()
+    stems = [n.rsplit(".", 1)[0] for n in names]
+    stem = ref.rsplit(".", 1)[0] if Path(ref).suffix in SUFFIXES else ref
+    hint = did_you_mean(stem, stems) or f" Shipped configs: {', '.join(stems)}."
+    raise ConfigError(
+        f"config '{ref}' not found: no such file in {os.getcwd()} and no shipped config of that "
+        f"name.{hint}")
+
+
+def _shipped_path(ref: str) -> Path | None:
+    rel = ref.replace(os.sep, "/")
+    if rel.startswith("./") or os.path.isabs(ref):
+        return None
+    if rel.startswith("configs/"):
+        rel = rel[len("configs/"):]
+    root = package_config_root()
+    tries = [rel] if Path(rel).suffix in SUFFIXES else [rel + s for s in SUFFIXES]
+    for name in tries:
+        path = root / name
+        if path.is_file():
+            return path
+    return None

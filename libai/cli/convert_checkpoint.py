@@ -1,0 +1,122 @@
+"""Convert checkpoints: Hugging Face folders <-> libai, sharded (FSDP / tensor parallel) <-> one file.
+
+    libai convert hf2libai HF_DIR OUT.pth [--debug]
+    libai convert libai2hf CONFIG CHECKPOINT OUT_DIR
+        [--cfg-options key=value ...] [--debug]
+    libai convert sharded2file CHECKPOINT OUT.pth
+    libai convert file2sharded CHECKPOINT OUT.pth
+
+``hf2libai`` reads ``config.json`` + ``model.safetensors`` (or ``pytorch_model.bin``), writes
+``{"state_dict": ...}`` to OUT.pth (train from it with ``load_from=OUT.pth``) and prints the
+``model = dict(...)`` to put in a config. A folder can also be given to ``load_from`` directly.
+``libai2hf`` builds the model of CONFIG, loads CHECKPOINT's weights (strict) and writes a folder
+that ``transformers``' ``from_pretrained`` loads.
+``sharded2file`` gathers the weights of a sharded checkpoint (``iter_N.pth`` + ``iter_N.dcp/``) into
+one file, with its loop position and config, for ``tools/test.py``, ``load_from`` or any
+one-process reader; ``file2sharded`` does the opposite for the weights. (A sharded checkpoint
+resumes at any number of processes without conversion: ``--resume`` reshards it.)
+
+The same as ``python tools/convert_checkpoint.py`` in a checkout.
+"""
+
+import argparse
+import os
+import tempfile
+
+import torch
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+from libai.checkpoint import (
+    load_checkpoint,
+    load_model_state,
+    model_state_for_saving,
+    save_checkpoint,
+    strip_prefixes,
+)
+from libai.checkpoint.sharded import check_sharded, save_weights_sharded
+from libai.cli.configs import resolve_config
+from libai.config import Config, add_cfg_options_argument
+from libai.model import from_hf_pretrained, save_hf_pretrained
+from libai.registry import MODELS
+from libai.runner.imports import import_custom_modules
+from libai.utils.errors import CheckpointError
+
+
+def parse_args(argv=None, prog=None):
+    parser = argparse.ArgumentParser(prog=prog, description="Convert weights: Hugging Face <-> libai.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    hf2libai = sub.add_parser("hf2libai", help="Hugging Face folder -> libai checkpoint")
+    hf2libai.add_argument("hf_dir", help="folder with config.json and the weights")
+    hf2libai.add_argument("out", help="libai checkpoint to write (.pth)")
+    libai2hf = sub.add_parser("libai2hf", help="libai config + checkpoint -> Hugging Face folder")
+    libai2hf.add_argument("config", help="the libai config the checkpoint was trained with")
+    libai2hf.add_argument("checkpoint", help="libai checkpoint (its 'state_dict' is used)")
+    libai2hf.add_argument("out_dir", help="folder to write config.json and model.safetensors to")
+    add_cfg_options_argument(libai2hf)
+    to_file = sub.add_parser("sharded2file", help="sharded checkpoint -> one file (weights)")
+    to_sharded = sub.add_parser("file2sharded", help="one-file checkpoint -> sharded (weights)")
+    for p in (to_file, to_sharded):
+        p.add_argument("checkpoint", help="the checkpoint to convert (.pth)")
+        p.add_argument("out", help="checkpoint to write (.pth; a sharded one gets a .dcp folder)")
+    for p in (parser, hf2libai, libai2hf, to_file, to_sharded):
+        p.add_argument("--debug", action="store_true", help="show full tracebacks")
+    return parser.parse_args(argv)
+
+
+def hf_to_libai(args):
+    model = from_hf_pretrained(args.hf_dir)  # checks that the weights fill the model exactly
+    model_cfg = {"type": type(model).__name__, **model.config}
+    meta = {"converted_from": os.path.abspath(args.hf_dir), "model": model_cfg}
+    save_checkpoint({"state_dict": model_state_for_saving(model), "meta": meta}, args.out)
+    fields = "".join(f"    {k}={v!r},\n" for k, v in model_cfg.items())
+    print(f"wrote {args.out}; put this model in your config:\nmodel = dict(\n{fields})")
+
+
+def libai_to_hf(args):
+    cfg = Config.fromfile(resolve_config(args.config))
+    import_custom_modules(cfg.get("custom_imports"), cfg.filename)  # the Runner does it too
+    cfg.merge_from_options(args.cfg_options or {})
+    with torch.device("meta"):  # no init: every tensor comes from the checkpoint
+        model = MODELS.build(cfg.model.to_dict(), path="model")
+    model.to_empty(device="cpu")
+    ckpt = load_checkpoint(args.checkpoint)
+    load_model_state(model, ckpt.get("state_dict", ckpt), strict=True)
+    save_hf_pretrained(model, args.out_dir)
+    print(f"wrote {args.out_dir}/config.json and model.safetensors ({type(model).__name__})")
+
+
+def _keep(ckpt):
+    """What carries over besides the weights: where training stood and the config."""
+    return {k: ckpt[k] for k in ("meta", "loop") if k in ckpt}
+
+
+def sharded_to_file(args):
+    ckpt = load_checkpoint(args.checkpoint)
+    if "sharded" not in ckpt:
+        raise CheckpointError(f"'{args.checkpoint}' is not a sharded checkpoint (it holds its "
+                              f"weights itself); use it as it is.")
+    folder = check_sharded(args.checkpoint, ckpt["sharded"])
+    with tempfile.TemporaryDirectory() as tmp:  # DCP's own reader: every shard, whole tensors
+        dcp_to_torch_save(str(folder), os.path.join(tmp, "full.pt"))
+        full = torch.load(os.path.join(tmp, "full.pt"), weights_only=True)
+    save_checkpoint({**_keep(ckpt), "state_dict": full["model"]}, args.out)
+    print(f"wrote {args.out}: {len(full['model'])} tensors from {ckpt['sharded']['world_size']} "
+          f"process(es)' shards in {folder}")
+
+
+def file_to_sharded(args):
+    ckpt = load_checkpoint(args.checkpoint)
+    if "sharded" in ckpt:
+        raise CheckpointError(f"'{args.checkpoint}' is sharded already.")
+    weights = strip_prefixes(ckpt.get("state_dict", ckpt))
+    listing = save_weights_sharded(weights, args.out)
+    save_checkpoint({**_keep(ckpt), "state_dict": {}, "sharded": listing}, args.out)
+    print(f"wrote {args.out} and {listing['folder']}/: {len(weights)} tensors")
+
+
+def main(argv=None, prog=None):
+    args = parse_args(argv, prog)
+    commands = {"hf2libai": hf_to_libai, "libai2hf": libai_to_hf, "sharded2file": sharded_to_file,
+                "file2sharded": file_to_sharded}
+    commands[args.command](args)
+

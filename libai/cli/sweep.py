@@ -1,0 +1,39 @@
+"""``libai sweep`` (``python tools/sweep.py``): a hyper-parameter sweep with Optuna, one
+``libai train`` process per trial (:func:`libai.tuning.sweep.run_sweep`; the sweep file's format
+is described there).
+
+    libai sweep SWEEP_FILE [--parallel N] [--trials N] [--study-dir DIR] [--debug]
+
+SWEEP_FILE may name a shipped sweep: ``libai sweep sweeps/digits_lr``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from libai.cli.configs import resolve_config
+
+__all__ = ["main", "parse_args"]
+
+
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Hyper-parameter sweep over tools/train.py runs (Optuna).")
+    parser.add_argument("sweep", help="sweep file (.py, .yaml or .json)")
+    parser.add_argument("--parallel", type=int, default=None, metavar="N",
+                        help="trials running at once (default: the file's parallel, else 1)")
+    parser.add_argument("--trials", type=int, default=None, metavar="N",
+                        help="number of trials for random / bayes (overrides the file)")
+    parser.add_argument("--study-dir", default=None, metavar="DIR",
+                        help="folder of the study (default work_dirs/sweeps/<study_name>)")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = parse_args(argv, prog)
+    from libai.tuning.sweep import run_sweep
+
+    return run_sweep(resolve_config(args.sweep), parallel=args.parallel, trials=args.trials,
+                     study_dir=args.study_dir)

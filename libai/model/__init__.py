@@ -1,17 +1,18 @@
 """Models: the contract, the building blocks, the architectures.
 
-- ``contract.py``: what any ``nn.Module`` must do to train (BaseModel, step functions). See
-  docs/design.md.
+- ``contract.py``: everything the engine reads from a model, listed (``CONTRACT``), and what
+  ``num_items`` means under data parallel. See docs/models.md, "The model contract".
+- ``steps.py``: the default steps for any ``nn.Module``, and the optional ``BaseModel``.
 - ``wrappers.py``: DDP and graph mode (torch.compile) around a model.
 - ``layers/``: transformer building blocks (attention, MLP, embeddings, heads, init helpers).
 - ``zoo/``: architectures built from them (the digits MLP, BERT, GPT-2), registered in MODELS.
 """
 
-from .contract import (
+from .contract import CONTRACT, ContractField, check_model, mean_over_data_parallel
+from .steps import (
     BaseModel,
     DataPreprocessor,
     make_train_step,
-    mean_over_data_parallel,
     parse_losses,
     test_step,
     to_device,
@@ -20,21 +21,35 @@ from .contract import (
     val_step,
 )
 from .wrappers import compile_model, wrap_ddp
-from .zoo.bert import BertForPreTraining, BertForSequenceClassification, BertModel
-from .zoo.gpt import GPTForCausalLM, GPTModel
+from .zoo.bert import (
+    BertClassifierConfig,
+    BertConfig,
+    BertForPreTraining,
+    BertForSequenceClassification,
+    BertModel,
+    BertPreTrainingConfig,
+)
+from .zoo.gpt import GPTConfig, GPTForCausalLM, GPTModel
 from .zoo.hf import from_hf_pretrained, load_hf_pretrained, save_hf_pretrained
 from .zoo.mlp import DigitsMLP, MLPClassifier
 
 __all__ = [
+    "CONTRACT",
     "BaseModel",
+    "BertClassifierConfig",
+    "BertConfig",
     "BertForPreTraining",
     "BertForSequenceClassification",
     "BertModel",
+    "BertPreTrainingConfig",
+    "ContractField",
     "DataPreprocessor",
     "DigitsMLP",
+    "GPTConfig",
     "GPTForCausalLM",
     "GPTModel",
     "MLPClassifier",
+    "check_model",
     "compile_model",
     "from_hf_pretrained",
     "load_hf_pretrained",

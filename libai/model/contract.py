@@ -1,132 +1,188 @@
-"""The model contract, and an optional BaseModel with step methods.
+"""The model contract: everything the engine reads from a model, in one list.
 
-Any ``nn.Module`` trains: in train mode ``model(batch)`` returns a loss tensor or a dict whose keys
-containing ``loss`` are summed; in eval mode it returns what the metrics consume. ``BaseModel``
-adds overridable ``train_step``/``val_step``/``test_step`` and a data preprocessor; the runner calls
-the same default steps for a plain module.
+Any ``nn.Module`` trains. The only requirement is the call: in train mode ``model(batch)`` returns
+a loss tensor or a dict whose keys containing ``loss`` are summed; in eval mode it returns what
+the metrics consume. Everything else below is optional: a model that declares a field gets the
+behaviour, one that does not gets the default. :data:`CONTRACT` lists the fields with who reads
+them; ``tests/model/test_contract.py`` fails when the engine reads a model attribute that is not
+listed here, or a listed reader stops reading it. ``docs/models.md`` shows the same table
+(:func:`describe`).
 
-A loss that is a mean over a number of items that varies from batch to batch (BERT's masked
-tokens) says so: the dict also holds ``"num_items": {"mlm_loss": count}``. Under data parallel
-the engine then makes that loss the mean over the items of every rank's batch
-(:func:`mean_over_data_parallel`), as one process would compute it on the whole batch; without
-the entry, each rank's mean counts equally (right when every batch has as many items).
+The code that runs a model (default steps, ``BaseModel``) is in :mod:`libai.model.steps`. What
+``num_items`` means under data parallel is defined here, by :func:`mean_over_data_parallel`: a
+loss that is a mean over a number of items that varies from batch to batch (BERT's masked tokens)
+says so with ``"num_items": {"mlm_loss": count}``, and the engine then makes it the mean over the
+items of every rank's batch, as one process would compute it on the whole batch; without the
+entry, each rank's mean counts equally (right when every batch has as many items).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from functools import partial
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from libai.utils.dist import DataParallel, all_reduce_sum
-from libai.utils.errors import TrainingError
 
-__all__ = [
-    "BaseModel",
-    "DataPreprocessor",
-    "make_train_step",
-    "parse_losses",
-    "mean_over_data_parallel",
-    "to_device",
-    "train_step",
-    "val_step",
-    "test_step",
-    "unwrap_model",
-]
+__all__ = ["CONTRACT", "ContractField", "check_model", "describe", "field", "mean_over_data_parallel"]
+
+# what the field is: the call itself, an entry of the dict the call returns, a method or an
+# attribute of the model (class or instance), or a class attribute of any of its submodules
+KINDS = ("call", "output", "method", "attribute", "submodule attribute")
 
 
-def to_device(data: Any, device: torch.device | str, non_blocking: bool = False) -> Any:
-    """Move every tensor in a nested dict/list/tuple to ``device``.
-
-    A tensor already there is returned as is (like ``Tensor.to``); on the CPU that is decided
-    without a call into torch, which matters on the per-step path.
-    """
-    device = torch.device(device) if isinstance(device, str) else device
-    return _to(data, device, device.type == "cpu", non_blocking)
-
-
-def _to(data: Any, device: torch.device, cpu: bool, non_blocking: bool) -> Any:
-    if isinstance(data, torch.Tensor):
-        return data if cpu and data.is_cpu else data.to(device, non_blocking=non_blocking)
-    if isinstance(data, dict):  # the usual batch: one level of tensors, no recursion for them
-        return {
-            k: (v if cpu and v.is_cpu else v.to(device, non_blocking=non_blocking))
-            if isinstance(v, torch.Tensor) else _to(v, device, cpu, non_blocking)
-            for k, v in data.items()
-        }
-    if isinstance(data, Mapping):
-        return {k: _to(v, device, cpu, non_blocking) for k, v in data.items()}
-    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
-        return type(data)(*(_to(v, device, cpu, non_blocking) for v in data))
-    if isinstance(data, (list, tuple)):
-        return type(data)(_to(v, device, cpu, non_blocking) for v in data)
-    return data
-
-
-class DataPreprocessor(nn.Module):
-    """Moves a batch to the model's device. Subclass it to normalise or augment on the device.
+@dataclass(frozen=True)
+class ContractField:
+    """One thing the engine reads from a model.
 
     Args:
-        non_blocking: Use asynchronous copies (with pinned memory). Defaults to False.
+        name: The attribute, method or output key, as the engine spells it.
+        kind: One of ``KINDS``.
+        required: Whether every model must have it (only the call is).
+        read_by: The files that read it, relative to the repository root.
+        meaning: What the model promises by declaring it, and what the engine does with it.
     """
 
-    def __init__(self, non_blocking: bool = False) -> None:
-        super().__init__()
-        self.non_blocking = non_blocking
-        self.register_buffer("_device_probe", torch.empty(0), persistent=False)
-
-    def forward(self, data: Any, training: bool = False) -> Any:
-        return to_device(data, self._device_probe.device, self.non_blocking)
+    name: str
+    kind: str
+    required: bool
+    read_by: tuple[str, ...]
+    meaning: str
 
 
-def parse_losses(outputs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Turn what a model returns in train mode into (total loss, detached values to log).
+CONTRACT: tuple[ContractField, ...] = (
+    ContractField(
+        "forward", "call", True,
+        ("libai/model/steps.py", "libai/optim/graph_optim_wrapper.py"),
+        "`model(batch)` with what the data loader yields. Train mode: a loss tensor, or a dict "
+        "whose keys containing `loss` are summed into the loss (every tensor entry is logged). "
+        "Eval mode: what the metrics read, usually a dict."),
+    ContractField(
+        "loss", "output", False,
+        ("libai/model/steps.py", "libai/loops/evaluate.py"),
+        "In eval mode, logged as the validation loss: the mean over the set, each batch "
+        "weighed by its samples (or by `num_items`)."),
+    ContractField(
+        "num_items", "output", False,
+        ("libai/model/contract.py", "libai/loops/evaluate.py"),
+        "`{loss key: count}`: that loss is a mean over `count` items that vary by batch (masked "
+        "tokens). Under data parallel it becomes the mean over every rank's items "
+        "(`mean_over_data_parallel`); evaluation weighs the term by its items."),
+    ContractField(
+        "train_step", "method", False, ("libai/runner/runner.py",),
+        "`train_step(data, optim_wrapper, forward)` replaces the default step (several "
+        "optimizers, GANs); it calls `forward(...)`, the DDP/compiled wrapper, not `self(...)`."),
+    ContractField(
+        "val_step", "method", False, ("libai/runner/runner.py",),
+        "`val_step(data, forward)` replaces the default evaluation step, for validation and "
+        "test alike (`BaseModel.test_step` is not called by the engine)."),
+    ContractField(
+        "data_preprocessor", "attribute", False, ("libai/model/steps.py",),
+        "A module called as `data_preprocessor(batch, training)` before each forward; without "
+        "it a batch moves to the model's device (on the CPU it is not moved)."),
+    ContractField(
+        "vocab_size", "attribute", False,
+        ("libai/runner/build.py", "libai/cli/generate.py"),
+        "Checked against the dataset's `metainfo['vocab_size']` (its tokenizer's) before the "
+        "first step, and against the tokenizer when generating."),
+    ContractField(
+        "max_position_embeddings", "attribute", False, ("libai/runner/build.py",),
+        "Checked against the dataset's `metainfo['max_seq_length']` before the first step."),
+    ContractField(
+        "parallel_blocks", "attribute", False, ("libai/parallel/apply.py",),
+        "Class names of the repeated blocks: FSDP shards each on its own, "
+        "`activation_checkpointing='blocks'` recomputes each, graph mode under FSDP compiles "
+        "each. Without it, name them with `parallel.blocks`."),
+    ContractField(
+        "tp_plan", "submodule attribute", False, ("libai/parallel/apply.py",),
+        "On a block class: `{submodule path: 'colwise' | 'rowwise' | 'vocab'}`, how "
+        "`parallel.tensor` splits it. Without any, tensor parallel stops with an error."),
+    ContractField(
+        "hf_model_type", "attribute", False,
+        ("libai/model/zoo/hf.py", "libai/model/zoo/hf_mapping.py"),
+        "`'bert'` or `'gpt2'`: the model converts to and from Hugging Face folders "
+        "(`load_from` a folder, `save_hf_pretrained`). Needs `config`."),
+    ContractField(
+        "config", "attribute", False,
+        ("libai/model/zoo/hf.py", "libai/model/zoo/hf_mapping.py",
+         "libai/cli/convert_checkpoint.py"),
+        "The constructor's arguments as a mapping (the zoo's `BertConfig`, `GPTConfig`): "
+        "`MODELS.build(dict(type=..., **model.config))` builds the same model."),
+    ContractField(
+        "generate", "method", False, ("libai/cli/generate.py",),
+        "`generate(input_ids, max_new_tokens, ...)`, for `libai generate` / tools/generate.py."),
+)
 
-    A tensor is the loss. In a dict, entries whose key contains ``loss`` are summed into the loss
-    (a tensor with several elements is averaged first); every tensor entry is logged.
+_BY_NAME = {f.name: f for f in CONTRACT}
+
+
+def field(name: str) -> ContractField:
+    """The contract's entry for ``name``; KeyError for a name the engine does not read."""
+    return _BY_NAME[name]
+
+
+def describe() -> str:
+    """The contract as a Markdown table (docs/models.md holds this text)."""
+    rows = ["| name | kind | required | read by | meaning |", "| --- | --- | --- | --- | --- |"]
+    for f in CONTRACT:
+        readers = ", ".join(f"`{r}`" for r in f.read_by)
+        rows.append(f"| `{f.name}` | {f.kind} | {'yes' if f.required else 'no'} | {readers} | "
+                    f"{f.meaning} |")
+    return "\n".join(rows)
+
+
+_TP_STYLES = ("colwise", "rowwise", "vocab")
+
+
+def check_model(model: nn.Module) -> list[str]:
+    """What is wrong with the optional fields ``model`` declares; empty when nothing is.
+
+    A field the model leaves out is never a problem (the engine uses its default); one it
+    declares must have the kind of value the engine reads.
     """
-    if isinstance(outputs, torch.Tensor):
-        loss = outputs if outputs.ndim == 0 else outputs.mean()
-        return loss, {"loss": loss.detach()}
-    if not isinstance(outputs, (dict, Mapping)):  # dict first: an ABC check is slower
-        raise TrainingError(
-            f"In train mode the model returned {type(outputs).__name__}; it must return a loss "
-            f"tensor or a dict with at least one '*loss*' entry, e.g. {{'loss': loss}}."
-        )
-    log_vars: dict[str, torch.Tensor] = {}
-    loss = total_log = more = None  # the usual single loss entry needs no list
-    for key, value in outputs.items():
-        if not isinstance(value, torch.Tensor):
-            if not isinstance(value, (list, tuple)):
-                continue
-            value = sum(v.mean() for v in value)
-        if value.ndim:  # a property: cheaper than dim() on the per-step path
-            value = value.mean()
-        # the logger keeps these for a whole interval: never a reference into the graph
-        if "loss" in key:
-            log_vars[key] = detached = value.detach()
-            if loss is None:
-                loss, total_log = value, detached
-            elif more is None:
-                more = [loss, value]
-            else:
-                more.append(value)
+    problems: list[str] = []
+    name = type(model).__name__
+
+    def bad(text: str) -> None:
+        problems.append(f"{name}.{text}")
+
+    for attr in ("vocab_size", "max_position_embeddings"):
+        value = getattr(model, attr, None)
+        if value is not None and not (isinstance(value, int) and value > 0):
+            bad(f"{attr}={value!r}: expected a positive int")
+    for attr in ("train_step", "val_step", "generate", "data_preprocessor"):
+        value = getattr(model, attr, None)
+        if value is not None and not callable(value):
+            bad(f"{attr} is not callable")
+    blocks = getattr(model, "parallel_blocks", None)
+    if blocks is not None:
+        classes = {c.__name__ for m in model.modules() for c in type(m).__mro__}
+        if isinstance(blocks, str) or not all(isinstance(b, str) for b in blocks):
+            bad(f"parallel_blocks={blocks!r}: expected a tuple of class names")
         else:
-            log_vars[key] = value.detach() if value.requires_grad else value
-    if loss is None:
-        raise TrainingError(
-            f"In train mode the model returned a dict with keys {sorted(outputs)}, none of which "
-            f"contains 'loss'. Name the loss entry 'loss' (or 'loss_xxx'; all are summed)."
-        )
-    if more is not None:
-        loss = torch.stack(more).sum()
-        log_vars["loss"] = loss.detach()
-    elif "loss" not in log_vars:  # a single 'loss_xxx' entry: it is the total
-        log_vars["loss"] = total_log
-    return loss, log_vars
+            problems += [f"{name}.parallel_blocks names {b!r}, which no submodule is"
+                         for b in blocks if b not in classes]
+    for path, module in model.named_modules():
+        plan = getattr(module, "tp_plan", None)
+        if plan is None:
+            continue
+        for sub, style in plan.items() if isinstance(plan, Mapping) else [("", plan)]:
+            if style not in _TP_STYLES:
+                bad(f"{path}.tp_plan[{sub!r}]={style!r}: expected one of {_TP_STYLES}")
+                continue
+            try:
+                module.get_submodule(sub)
+            except AttributeError:
+                bad(f"{path}.tp_plan names {sub!r}, which is not a submodule")
+    kind = getattr(model, "hf_model_type", None)
+    if kind is not None:
+        config = getattr(model, "config", None)
+        if not isinstance(config, Mapping):
+            bad(f"hf_model_type={kind!r} needs a `config` mapping of the constructor's arguments")
+    return problems
 
 
 def mean_over_data_parallel(outputs: Any, data_parallel: DataParallel | None) -> Any:
@@ -160,142 +216,14 @@ def mean_over_data_parallel(outputs: Any, data_parallel: DataParallel | None) ->
     return out
 
 
-def unwrap_model(model: nn.Module) -> nn.Module:
-    """Strip DistributedDataParallel (``.module``) and torch.compile (``._orig_mod``) wrappers."""
-    while True:
-        if isinstance(model, nn.parallel.DistributedDataParallel):
-            model = model.module
-        elif hasattr(model, "_orig_mod") and isinstance(model._orig_mod, nn.Module):
-            model = model._orig_mod
-        else:
-            return model
+# The step code lived here before libai.model.steps; its names still import from here.
+_MOVED = ("BaseModel", "DataPreprocessor", "make_train_step", "parse_losses", "to_device",
+          "train_step", "val_step", "test_step", "unwrap_model")
 
 
-def _mover(model: nn.Module, training: bool, device: torch.device | str | None) -> Any:
-    """What moves a batch for ``model``: its data preprocessor, ``to_device``, or None.
+def __getattr__(name: str) -> Callable[..., Any]:
+    if name in _MOVED:
+        from . import steps
 
-    None when the model has no preprocessor and ``device`` is the CPU: a data loader yields CPU
-    tensors, so there is nothing to move (a plain PyTorch loop on the CPU moves nothing either).
-    """
-    # looked up in the module's dicts: a missing attribute on an nn.Module goes through
-    # __getattr__ and an exception
-    pre = model._modules.get("data_preprocessor") or model.__dict__.get("data_preprocessor")
-    if pre is not None:
-        return lambda data: pre(data, training)
-    if device is None:
-        param = next(model.parameters(), None)
-        if param is None:
-            return None
-        device = param.device
-    device = torch.device(device)
-    if device.type == "cpu":
-        return None
-    return partial(to_device, device=device)
-
-
-def make_train_step(model: nn.Module, forward: nn.Module | None = None,
-                    device: torch.device | str | None = None,
-                    data_parallel: DataParallel | None = None) -> Callable[[Any, Any], dict]:
-    """``train_step`` for ``model`` with its per-run decisions made once.
-
-    ``make_train_step(model, forward, device)(data, optim_wrapper)`` does exactly what
-    ``train_step(model, data, optim_wrapper, forward, device)`` does; the runner calls it every
-    iteration, so finding the preprocessor and the device happens here, not per step.
-    ``data_parallel``: how the processes split the data, for losses that declare ``num_items``
-    (:func:`mean_over_data_parallel`). Defaults to None: one share.
-    """
-    forward = forward if forward is not None else model
-    move = _mover(model, True, device)
-    previous: list[Any] = [None]
-    shares = data_parallel if data_parallel is not None and data_parallel.size > 1 else None
-
-    def step(data: Any, optim_wrapper: Any) -> dict:
-        if move is not None:
-            data = move(data)
-        if getattr(optim_wrapper, "plain_forward", False) and optim_wrapper.accumulative_counts == 1:
-            outputs = forward(data)  # the usual case: optim_context would be a null context
-        else:
-            with optim_wrapper.optim_context(forward):
-                outputs = forward(data)
-        if shares is not None:
-            outputs = mean_over_data_parallel(outputs, shares)
-        # parse_losses(outputs), inlined for the usual dict of 0-d tensors with one 'loss'
-        # entry (a call less per step); anything else goes to parse_losses itself
-        loss = None
-        if type(outputs) is dict:
-            log_vars = {}
-            for key, value in outputs.items():
-                if type(value) is not torch.Tensor or value.ndim or (key != "loss" and "loss" in key):
-                    loss = None
-                    break
-                if key == "loss":
-                    loss = value
-                    log_vars[key] = value.detach()
-                else:
-                    log_vars[key] = value.detach() if value.requires_grad else value
-        if loss is None:
-            loss, log_vars = parse_losses(outputs)
-        optim_wrapper.update_params(loss)
-        # Held until the next step has run its forward, as `loss = model(batch)` in a
-        # hand-written loop holds it: this step's graph (its buffers already freed by backward)
-        # keeps autograd's per-parameter gradient accumulators alive, so the next forward
-        # reuses them instead of building and destroying one per parameter every step.
-        previous[0] = loss
-        return log_vars
-
-    return step
-
-
-def train_step(model: nn.Module, data: Any, optim_wrapper: Any, forward: nn.Module | None = None,
-               device: torch.device | str | None = None) -> dict:
-    """One optimisation step for a plain module: preprocess, forward, parse losses, update.
-
-    Args:
-        model: The unwrapped model (owns the data preprocessor).
-        data: A batch from the data loader.
-        optim_wrapper: Does backward, accumulation, clipping and the step.
-        forward: The module to call (the DDP or compiled wrapper). Defaults to ``model``.
-        device: Where the batch goes. Defaults to the device of the model's first parameter.
-            On the CPU a batch is not moved.
-
-    Returns:
-        The detached values to log.
-    """
-    return make_train_step(model, forward, device)(data, optim_wrapper)
-
-
-@torch.no_grad()
-def val_step(model: nn.Module, data: Any, forward: nn.Module | None = None,
-             device: torch.device | str | None = None) -> Any:
-    """Preprocess and forward a batch in eval mode; returns what the metrics consume."""
-    forward = forward if forward is not None else model
-    move = _mover(model, False, device)
-    return forward(data if move is None else move(data))
-
-
-test_step = val_step
-
-
-class BaseModel(nn.Module):
-    """Optional base class: overridable steps and a data preprocessor.
-
-    Override ``train_step`` for a custom update (GANs, several optimizers); call ``forward(...)``,
-    not ``self(...)``, inside it, since ``forward`` is the DDP/compiled wrapper when there is one.
-
-    Args:
-        data_preprocessor: A module (or None for :class:`DataPreprocessor`) applied to each batch
-            before ``forward``. Defaults to None.
-    """
-
-    def __init__(self, data_preprocessor: nn.Module | None = None) -> None:
-        super().__init__()
-        self.data_preprocessor = data_preprocessor or DataPreprocessor()
-
-    def train_step(self, data: Any, optim_wrapper: Any, forward: nn.Module | None = None) -> dict:
-        return train_step(self, data, optim_wrapper, forward)
-
-    def val_step(self, data: Any, forward: nn.Module | None = None) -> Any:
-        return val_step(self, data, forward)
-
-    def test_step(self, data: Any, forward: nn.Module | None = None) -> Any:
-        return test_step(self, data, forward)
+        return getattr(steps, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

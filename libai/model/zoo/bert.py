@@ -23,6 +23,7 @@ padding); ``token_type_ids`` (B, S) (absent: zeros); ``mlm_positions`` (B, P) + 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -43,26 +44,22 @@ from ..layers import (
     lm_token_stats,
     parallel_loss,
 )
+from .config import ModelConfig, config_signature
 
-__all__ = ["BertForPreTraining", "BertForSequenceClassification", "BertModel"]
+__all__ = ["BertClassifierConfig", "BertConfig", "BertForPreTraining",
+           "BertForSequenceClassification", "BertModel", "BertPreTrainingConfig"]
 
 SECOND_HEADS = ("nsp", "sop", None)
 
 
-def _arguments(scope: dict[str, Any]) -> dict[str, Any]:
-    """The constructor's keyword arguments, from its ``locals()`` taken on its first line."""
-    return {k: v for k, v in scope.items() if k not in ("self", "__class__")}
+@dataclass(frozen=True)
+class BertConfig(ModelConfig):
+    """BERT's dimensions and options, shared by every BERT class; the defaults are BERT-base.
 
+    Every class takes one (``BertModel(BertConfig(num_layers=2))``) or its fields as keyword
+    arguments (``BertModel(num_layers=2)``, what a config dict does).
 
-@MODELS.register_module()
-class BertModel(nn.Module):
-    """The BERT encoder: embeddings, ``num_layers`` :class:`TransformerBlock` s, optional pooler.
-
-    Called with tensors (it is a backbone, it computes no loss):
-    ``model(input_ids, attention_mask=None, token_type_ids=None) -> (hidden (B, S, H), pooled
-    (B, H) or None)``.
-
-    Args:
+    Attributes:
         vocab_size: Word pieces. Defaults to 30522.
         hidden_size: Model width H. Defaults to 768.
         num_layers: Transformer blocks. Defaults to 12.
@@ -77,38 +74,96 @@ class BertModel(nn.Module):
         pre_norm: Pre-LN blocks and a final LayerNorm instead of post-LN. Defaults to False.
         init_std: Std of the normal init of weights and embeddings. Defaults to 0.02.
         pad_token_id: Word row kept at zero, with no gradient (None for none). Defaults to 0.
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    ffn_hidden_size: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    activation: str = "gelu"
+    layer_norm_eps: float = 1e-12
+    pre_norm: bool = False
+    init_std: float = 0.02
+    pad_token_id: int | None = 0
+
+
+@dataclass(frozen=True)
+class BertPreTrainingConfig(BertConfig):
+    """:class:`BertConfig` and the sentence-level head of :class:`BertForPreTraining`.
+
+    Attributes:
+        second_head: "nsp", "sop" or None (see the module docstring). Defaults to "nsp".
+
+    Raises:
+        ConfigError: An unknown ``second_head``.
+    """
+
+    second_head: str | None = "nsp"
+
+    def __post_init__(self) -> None:
+        if self.second_head not in SECOND_HEADS:
+            raise ConfigError(
+                f"model.second_head={self.second_head!r} is unknown; use 'nsp', 'sop' or None "
+                f"(MLM only).{did_you_mean(str(self.second_head), ['nsp', 'sop', 'None'])}")
+
+
+@dataclass(frozen=True)
+class BertClassifierConfig(BertConfig):
+    """:class:`BertConfig` and the classifier of :class:`BertForSequenceClassification`.
+
+    Attributes:
+        num_classes: Output classes C. Defaults to 2.
+        classifier_dropout: Dropout before the classifier; None uses ``hidden_dropout``.
+            Defaults to None.
+    """
+
+    num_classes: int = 2
+    classifier_dropout: float | None = None
+
+
+@MODELS.register_module()
+class BertModel(nn.Module):
+    """The BERT encoder: embeddings, ``num_layers`` :class:`TransformerBlock` s, optional pooler.
+
+    Called with tensors (it is a backbone, it computes no loss):
+    ``model(input_ids, attention_mask=None, token_type_ids=None) -> (hidden (B, S, H), pooled
+    (B, H) or None)``.
+
+    Args:
+        config: The dimensions and options. Defaults to None: :class:`BertConfig`'s defaults.
         add_pooler: Build the [CLS] pooler. Defaults to True.
+        **kwargs: :class:`BertConfig` fields, on top of ``config``.
     """
 
     hf_model_type = "bert"
     parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
+    __signature__ = config_signature(BertConfig, add_pooler=True)
 
-    def __init__(self, vocab_size: int = 30522, hidden_size: int = 768, num_layers: int = 12,
-                 num_heads: int = 12, ffn_hidden_size: int = 3072,
-                 max_position_embeddings: int = 512, type_vocab_size: int = 2,
-                 hidden_dropout: float = 0.1, attention_dropout: float = 0.1,
-                 activation: str = "gelu", layer_norm_eps: float = 1e-12, pre_norm: bool = False,
-                 init_std: float = 0.02, pad_token_id: int | None = 0,
-                 add_pooler: bool = True) -> None:
-        config = _arguments(locals())
+    def __init__(self, config: BertConfig | None = None, *, add_pooler: bool = True,
+                 **kwargs: Any) -> None:
+        c = BertConfig.resolve(config, kwargs, type(self).__name__)
         super().__init__()
-        self.config = config  # the arguments, for export and checks (libai.model.zoo.hf)
-        self.vocab_size, self.max_position_embeddings = vocab_size, max_position_embeddings
-        self.init_std = init_std
+        self.config = c  # the model contract's `config` (export, checks)
+        self.vocab_size, self.max_position_embeddings = c.vocab_size, c.max_position_embeddings
         self.embeddings = TransformerEmbeddings(
-            vocab_size, hidden_size, max_position_embeddings, type_vocab_size, layer_norm_eps,
-            hidden_dropout, padding_idx=pad_token_id)
+            c.vocab_size, c.hidden_size, c.max_position_embeddings, c.type_vocab_size,
+            c.layer_norm_eps, c.hidden_dropout, padding_idx=c.pad_token_id)
         self.blocks = nn.ModuleList(
-            TransformerBlock(hidden_size, num_heads, ffn_hidden_size, hidden_dropout,
-                             attention_dropout, activation, layer_norm_eps, pre_norm)
-            for _ in range(num_layers))
-        self.final_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps) if pre_norm else None
-        self.pooler = Pooler(hidden_size) if add_pooler else None
+            TransformerBlock(c.hidden_size, c.num_heads, c.ffn_hidden_size, c.hidden_dropout,
+                             c.attention_dropout, c.activation, c.layer_norm_eps, c.pre_norm)
+            for _ in range(c.num_layers))
+        self.final_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps) if c.pre_norm else None
+        self.pooler = Pooler(c.hidden_size) if add_pooler else None
         self.init_weights()
 
     def init_weights(self) -> None:
         """(Re)initialise every parameter as Hugging Face BERT does (see ``layers/init.py``)."""
-        init_transformer_weights(self, self.init_std)
+        init_transformer_weights(self, self.config.init_std)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None
@@ -136,8 +191,9 @@ class BertForPreTraining(nn.Module):
     - :meth:`logits` gives the full logits.
 
     Args:
-        second_head: "nsp", "sop" or None (see the module docstring). Defaults to "nsp".
-        Others: as :class:`BertModel`.
+        config: The dimensions, options and ``second_head``. Defaults to None:
+            :class:`BertPreTrainingConfig`'s defaults.
+        **kwargs: :class:`BertPreTrainingConfig` fields, on top of ``config``.
 
     Raises:
         ConfigError: Unknown ``second_head`` or ``activation``, or ``num_heads`` does not
@@ -146,26 +202,16 @@ class BertForPreTraining(nn.Module):
 
     hf_model_type = "bert"
     parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
+    __signature__ = config_signature(BertPreTrainingConfig)
 
-    def __init__(self, vocab_size: int = 30522, hidden_size: int = 768, num_layers: int = 12,
-                 num_heads: int = 12, ffn_hidden_size: int = 3072,
-                 max_position_embeddings: int = 512, type_vocab_size: int = 2,
-                 hidden_dropout: float = 0.1, attention_dropout: float = 0.1,
-                 activation: str = "gelu", layer_norm_eps: float = 1e-12, pre_norm: bool = False,
-                 init_std: float = 0.02, pad_token_id: int | None = 0,
-                 second_head: str | None = "nsp") -> None:
-        config = _arguments(locals())
+    def __init__(self, config: BertPreTrainingConfig | None = None, **kwargs: Any) -> None:
+        c = BertPreTrainingConfig.resolve(config, kwargs, type(self).__name__)
         super().__init__()
-        if second_head not in SECOND_HEADS:
-            raise ConfigError(
-                f"model.second_head={second_head!r} is unknown; use 'nsp', 'sop' or None (MLM "
-                f"only).{did_you_mean(str(second_head), ['nsp', 'sop', 'None'])}")
-        self.config, self.second_head = config, second_head
-        base = {k: v for k, v in config.items() if k != "second_head"}
-        self.bert = BertModel(**base, add_pooler=second_head is not None)
-        self.vocab_size, self.max_position_embeddings = vocab_size, max_position_embeddings
-        self.mlm_head = MaskedLMHead(hidden_size, vocab_size, activation, layer_norm_eps)
-        self.sentence_head = nn.Linear(hidden_size, 2) if second_head else None
+        self.config, self.second_head = c, c.second_head
+        self.bert = BertModel(c.narrow(BertConfig), add_pooler=c.second_head is not None)
+        self.vocab_size, self.max_position_embeddings = c.vocab_size, c.max_position_embeddings
+        self.mlm_head = MaskedLMHead(c.hidden_size, c.vocab_size, c.activation, c.layer_norm_eps)
+        self.sentence_head = nn.Linear(c.hidden_size, 2) if c.second_head else None
         self._init_heads()
 
     def init_weights(self) -> None:
@@ -174,10 +220,10 @@ class BertForPreTraining(nn.Module):
         self._init_heads()
 
     def _init_heads(self) -> None:
-        init_transformer_weights(self.mlm_head, self.bert.init_std)
+        init_transformer_weights(self.mlm_head, self.config.init_std)
         nn.init.zeros_(self.mlm_head.bias)
         if self.sentence_head is not None:
-            init_transformer_weights(self.sentence_head, self.bert.init_std)
+            init_transformer_weights(self.sentence_head, self.config.init_std)
 
     def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                token_type_ids: torch.Tensor | None = None
@@ -237,36 +283,30 @@ class BertForSequenceClassification(nn.Module):
     batch has labels.
 
     Args:
-        num_classes: Output classes C. Defaults to 2.
-        classifier_dropout: Dropout before the classifier; None uses ``hidden_dropout``.
-            Defaults to None.
-        Others: as :class:`BertModel`.
+        config: The dimensions, options and classifier. Defaults to None:
+            :class:`BertClassifierConfig`'s defaults.
+        **kwargs: :class:`BertClassifierConfig` fields, on top of ``config``.
     """
 
     hf_model_type = "bert"
     parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
+    __signature__ = config_signature(BertClassifierConfig)
 
-    def __init__(self, vocab_size: int = 30522, hidden_size: int = 768, num_layers: int = 12,
-                 num_heads: int = 12, ffn_hidden_size: int = 3072,
-                 max_position_embeddings: int = 512, type_vocab_size: int = 2,
-                 hidden_dropout: float = 0.1, attention_dropout: float = 0.1,
-                 activation: str = "gelu", layer_norm_eps: float = 1e-12, pre_norm: bool = False,
-                 init_std: float = 0.02, pad_token_id: int | None = 0, num_classes: int = 2,
-                 classifier_dropout: float | None = None) -> None:
-        config = _arguments(locals())
+    def __init__(self, config: BertClassifierConfig | None = None, **kwargs: Any) -> None:
+        c = BertClassifierConfig.resolve(config, kwargs, type(self).__name__)
         super().__init__()
-        self.config = config
-        base = {k: v for k, v in config.items() if k not in ("num_classes", "classifier_dropout")}
-        self.bert = BertModel(**base, add_pooler=True)
-        self.vocab_size, self.max_position_embeddings = vocab_size, max_position_embeddings
-        self.dropout = nn.Dropout(hidden_dropout if classifier_dropout is None else classifier_dropout)
-        self.classifier = nn.Linear(hidden_size, num_classes)
-        init_transformer_weights(self.classifier, init_std)
+        self.config = c
+        self.bert = BertModel(c.narrow(BertConfig), add_pooler=True)
+        self.vocab_size, self.max_position_embeddings = c.vocab_size, c.max_position_embeddings
+        dropout = c.hidden_dropout if c.classifier_dropout is None else c.classifier_dropout
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(c.hidden_size, c.num_classes)
+        init_transformer_weights(self.classifier, c.init_std)
 
     def init_weights(self) -> None:
         """(Re)initialise every parameter as Hugging Face BERT does."""
         self.bert.init_weights()
-        init_transformer_weights(self.classifier, self.bert.init_std)
+        init_transformer_weights(self.classifier, self.config.init_std)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         _, pooled = self.bert(batch["input_ids"], batch.get("attention_mask"),

@@ -16,6 +16,7 @@ batch has no labels.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,19 +36,20 @@ from ..layers import (
     parallel_loss,
     scale_residual_projections,
 )
+from .config import ModelConfig, config_signature
 
-__all__ = ["GPTForCausalLM", "GPTModel"]
+__all__ = ["GPTConfig", "GPTForCausalLM", "GPTModel"]
 
 
-@MODELS.register_module()
-class GPTModel(nn.Module):
-    """The GPT-2 decoder stack without the LM head.
+@dataclass(frozen=True)
+class GPTConfig(ModelConfig):
+    """GPT-2's dimensions and options, shared by :class:`GPTModel` and :class:`GPTForCausalLM`;
+    the defaults are GPT-2 small.
 
-    Called with tensors: ``model(input_ids (B, S), kv_caches=None) -> hidden (B, S, H)``, after
-    the final LayerNorm. With ``kv_caches`` (one :class:`KVCache` per block, see
-    :meth:`new_kv_caches`) the positions continue after the cached ones.
+    Both classes take one (``GPTForCausalLM(GPTConfig(num_layers=2))``) or its fields as
+    keyword arguments (``GPTForCausalLM(num_layers=2)``, what a config dict does).
 
-    Args:
+    Attributes:
         vocab_size: Tokens. Defaults to 50257.
         hidden_size: Model width H. Defaults to 768.
         num_layers: Transformer blocks. Defaults to 12.
@@ -61,39 +63,60 @@ class GPTModel(nn.Module):
         init_std: Std of the normal init. Defaults to 0.02.
     """
 
+    vocab_size: int = 50257
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    ffn_hidden_size: int | None = None
+    max_position_embeddings: int = 1024
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    activation: str = "gelu_tanh"
+    layer_norm_eps: float = 1e-5
+    init_std: float = 0.02
+
+
+@MODELS.register_module()
+class GPTModel(nn.Module):
+    """The GPT-2 decoder stack without the LM head.
+
+    Called with tensors: ``model(input_ids (B, S), kv_caches=None) -> hidden (B, S, H)``, after
+    the final LayerNorm. With ``kv_caches`` (one :class:`KVCache` per block, see
+    :meth:`new_kv_caches`) the positions continue after the cached ones.
+
+    Args:
+        config: The dimensions and options. Defaults to None: :class:`GPTConfig`'s defaults.
+        **kwargs: :class:`GPTConfig` fields, on top of ``config``.
+    """
+
     hf_model_type = "gpt2"
     parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
+    __signature__ = config_signature(GPTConfig)
 
-    def __init__(self, vocab_size: int = 50257, hidden_size: int = 768, num_layers: int = 12,
-                 num_heads: int = 12, ffn_hidden_size: int | None = None,
-                 max_position_embeddings: int = 1024, hidden_dropout: float = 0.1,
-                 attention_dropout: float = 0.1, activation: str = "gelu_tanh",
-                 layer_norm_eps: float = 1e-5, init_std: float = 0.02) -> None:
-        config = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+    def __init__(self, config: GPTConfig | None = None, **kwargs: Any) -> None:
+        c = GPTConfig.resolve(config, kwargs, type(self).__name__)
         super().__init__()
-        self.config = config  # the arguments, for export and checks (libai.model.zoo.hf)
-        self.vocab_size, self.max_position_embeddings = vocab_size, max_position_embeddings
-        self.num_heads, self.init_std = num_heads, init_std
-        self.embeddings = TransformerEmbeddings(vocab_size, hidden_size, max_position_embeddings,
-                                                dropout=hidden_dropout)
+        self.config = c  # the model contract's `config` (export, checks)
+        self.vocab_size, self.max_position_embeddings = c.vocab_size, c.max_position_embeddings
+        self.embeddings = TransformerEmbeddings(c.vocab_size, c.hidden_size,
+                                                c.max_position_embeddings, dropout=c.hidden_dropout)
         self.blocks = nn.ModuleList(
-            TransformerBlock(hidden_size, num_heads, ffn_hidden_size or 4 * hidden_size,
-                             hidden_dropout, attention_dropout, activation, layer_norm_eps,
+            TransformerBlock(c.hidden_size, c.num_heads, c.ffn_hidden_size or 4 * c.hidden_size,
+                             c.hidden_dropout, c.attention_dropout, c.activation, c.layer_norm_eps,
                              pre_norm=True)
-            for _ in range(num_layers))
-        self.final_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+            for _ in range(c.num_layers))
+        self.final_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.init_weights()
 
     def init_weights(self) -> None:
         """(Re)initialise every parameter with GPT-2's scheme (see ``layers/init.py``)."""
-        init_transformer_weights(self, self.init_std)
-        scale_residual_projections(self.blocks, self.init_std, len(self.blocks))
+        init_transformer_weights(self, self.config.init_std)
+        scale_residual_projections(self.blocks, self.config.init_std, len(self.blocks))
 
     def new_kv_caches(self, batch_size: int) -> list[KVCache]:
         """Empty caches, one per block, for up to ``max_position_embeddings`` positions."""
-        w = self.embeddings.word_embeddings.weight
-        head_dim = w.shape[1] // self.num_heads
-        return [KVCache(batch_size, self.num_heads, head_dim, self.max_position_embeddings,
+        w, heads = self.embeddings.word_embeddings.weight, self.config.num_heads
+        return [KVCache(batch_size, heads, w.shape[1] // heads, self.max_position_embeddings,
                         w.device, w.dtype) for _ in self.blocks]
 
     def forward(self, input_ids: torch.Tensor,
@@ -109,22 +132,21 @@ class GPTModel(nn.Module):
 class GPTForCausalLM(nn.Module):
     """GPT-2 with its tied LM head, the training losses and :meth:`generate`.
 
-    Args: as :class:`GPTModel`.
+    Args:
+        config: The dimensions and options. Defaults to None: :class:`GPTConfig`'s defaults.
+        **kwargs: :class:`GPTConfig` fields, on top of ``config``.
     """
 
     hf_model_type = "gpt2"
     parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
+    __signature__ = config_signature(GPTConfig)
 
-    def __init__(self, vocab_size: int = 50257, hidden_size: int = 768, num_layers: int = 12,
-                 num_heads: int = 12, ffn_hidden_size: int | None = None,
-                 max_position_embeddings: int = 1024, hidden_dropout: float = 0.1,
-                 attention_dropout: float = 0.1, activation: str = "gelu_tanh",
-                 layer_norm_eps: float = 1e-5, init_std: float = 0.02) -> None:
-        config = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+    def __init__(self, config: GPTConfig | None = None, **kwargs: Any) -> None:
+        c = GPTConfig.resolve(config, kwargs, type(self).__name__)
         super().__init__()
-        self.config = config
-        self.transformer = GPTModel(**config)
-        self.vocab_size, self.max_position_embeddings = vocab_size, max_position_embeddings
+        self.config = c
+        self.transformer = GPTModel(c)
+        self.vocab_size, self.max_position_embeddings = c.vocab_size, c.max_position_embeddings
         self.lm_head = TiedLMHead()
 
     def init_weights(self) -> None:

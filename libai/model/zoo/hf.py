@@ -27,7 +27,7 @@ from torch import nn
 from libai.registry import MODELS
 from libai.utils.errors import CheckpointError
 
-from ..contract import unwrap_model
+from ..steps import unwrap_model
 from .hf_mapping import SHAPE_ARGS, hf_to_libai, libai_to_hf
 
 __all__ = ["from_hf_pretrained", "hf_state_dict_for", "hf_to_libai", "is_hf_folder",

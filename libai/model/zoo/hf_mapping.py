@@ -17,7 +17,7 @@ from torch import nn
 from libai.utils.errors import CheckpointError
 from libai.utils.suggest import did_you_mean
 
-from ..contract import unwrap_model
+from ..steps import unwrap_model
 from .bert import BertForSequenceClassification, BertModel
 from .gpt import GPTModel
 

@@ -243,6 +243,17 @@ def build_runner(cfg: Config, work_dir: str) -> Any:
     return Runner.from_cfg(cfg)
 
 
+def _load_weights(runner: Any) -> None:
+    """The config's ``load_from`` weights, as the runner loads them before evaluating."""
+    # the runner's checkpointing moves into `runner.checkpointer` (work in progress at the time
+    # of writing); until every checkout has it, the older private entry point serves
+    checkpointer = getattr(runner, "checkpointer", None)
+    if checkpointer is not None:
+        checkpointer.restore(weights_only=True)
+    else:
+        runner.checkpointer.restore(weights_only=True)
+
+
 def close_run_log() -> None:
     """Drop the file handler the Runner gave the libai logger (its file is about to go)."""
     import logging
@@ -298,7 +309,7 @@ def find_lr(cfg: Config, start_lr: float = 1e-7, end_lr: float = 10.0, num_iters
     work_dir = tempfile.mkdtemp(prefix="libai_lr_find_")
     try:
         runner = build_runner(cfg, work_dir)
-        runner._load_or_resume(weights_only=True)  # load_from, as training would start from it
+        _load_weights(runner)  # load_from, as training would start from it
         print(f"LR range test: {num_iters} steps, lr {start_lr:.1e} -> "
               f"{end_lr:.1e} ({runner.optim_wrapper!r})", flush=True)
         result = range_test(runner, args)

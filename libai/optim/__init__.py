@@ -10,6 +10,7 @@ from .constructor import DefaultOptimWrapperConstructor, build_optim_wrapper
 from .graph_optim_wrapper import GraphOptimWrapper
 from .optim_wrapper import OptimWrapper
 from .optimizers import TORCH_OPTIMIZERS
+from .precision import Precision
 from .scheduler import (
     ConstantLR,
     CosineAnnealingLR,
@@ -29,6 +30,7 @@ __all__ = [
     "OptimWrapper",
     "AmpOptimWrapper",
     "GraphOptimWrapper",
+    "Precision",
     "DefaultOptimWrapperConstructor",
     "build_optim_wrapper",
     "TORCH_OPTIMIZERS",

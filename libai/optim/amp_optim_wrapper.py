@@ -1,9 +1,9 @@
-"""AmpOptimWrapper: OptimWrapper plus autocast, and a GradScaler for float16.
+"""AmpOptimWrapper: OptimWrapper with a mixed precision policy, and that policy's checks.
 
-``optim_context`` also enters ``torch.autocast`` on the device type of the model's parameters.
-With ``dtype="float16"`` the loss is scaled before backward and the gradients are unscaled before
-clipping, so ``clip_grad`` and ``grad_norm`` see true gradients; a step whose gradients overflow is
-skipped by the scaler. ``dtype="bfloat16"`` has the range of float32 and needs no scaler.
+:func:`mixed_precision` turns ``optim_wrapper.dtype`` and ``loss_scale`` into a checked
+:class:`~libai.optim.precision.Precision` (autocast, and a GradScaler for float16), which
+:class:`AmpOptimWrapper` and :class:`~libai.optim.GraphOptimWrapper` hold. What the policy changes
+in a step is written in ``precision.py``.
 
 Build it after the model is on its device: the scaler is made for the device of the
 optimizer's parameters.
@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any
 
 import torch
-from torch import nn
 
 from libai.registry import OPTIM_WRAPPERS
 from libai.utils.errors import ConfigError
 from libai.utils.suggest import did_you_mean
 
 from .optim_wrapper import OptimWrapper
+from .precision import Precision
 
-__all__ = ["AmpOptimWrapper"]
+__all__ = ["AmpOptimWrapper", "mixed_precision"]
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -88,9 +86,42 @@ def _make_scaler(device_type: str, loss_scale: str | float | Mapping) -> torch.a
     )
 
 
+def mixed_precision(optimizer: torch.optim.Optimizer, dtype: str | torch.dtype,
+                    loss_scale: str | float | Mapping = "dynamic",
+                    owner: str = "AmpOptimWrapper") -> Precision:
+    """The checked precision policy for ``optim_wrapper.dtype`` and ``loss_scale``.
+
+    Args:
+        optimizer: Its parameters' device decides the autocast device and the scaler's.
+        dtype: "float16" or "bfloat16" (or the torch dtype).
+        loss_scale: For float16, see :class:`AmpOptimWrapper`. Defaults to "dynamic".
+        owner: The wrapper named in error messages. Defaults to "AmpOptimWrapper".
+
+    Raises:
+        ConfigError: an unknown dtype or loss_scale, float16 on a CPU whose torch build cannot
+            do it, or bfloat16 on a GPU without bfloat16 support.
+    """
+    dtype = _resolve_dtype(dtype)
+    device_type = _device_type_of(p for g in optimizer.param_groups for p in g["params"])
+    if dtype == torch.float16:
+        if not _float16_supported(device_type):
+            raise ConfigError(
+                f"{owner}(dtype='float16') is not supported on {device_type!r} by "
+                f"torch {torch.__version__}. Use dtype='bfloat16' on CPU (or upgrade torch)."
+            )
+        return Precision(dtype, _make_scaler(device_type, loss_scale))
+    if device_type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError(
+            f"{owner}(dtype='bfloat16') needs a GPU with bfloat16 support; this one "
+            f"has none. Use dtype='float16'."
+        )
+    return Precision(dtype)
+
+
 @OPTIM_WRAPPERS.register_module()
 class AmpOptimWrapper(OptimWrapper):
-    """OptimWrapper with automatic mixed precision.
+    """OptimWrapper with automatic mixed precision: the same steps, under a
+    :class:`~libai.optim.precision.Precision` policy built from ``dtype``.
 
     Args:
         optimizer: The optimizer to drive.
@@ -114,74 +145,21 @@ class AmpOptimWrapper(OptimWrapper):
         accumulative_counts: int = 1,
         clip_grad: dict | None = None,
     ) -> None:
-        super().__init__(optimizer, accumulative_counts=accumulative_counts, clip_grad=clip_grad)
-        self.dtype = _resolve_dtype(dtype)
-        device_type = _device_type_of(p for g in optimizer.param_groups for p in g["params"])
-        self.scaler: torch.amp.GradScaler | None = None
-        if self.dtype == torch.float16:
-            if not _float16_supported(device_type):
-                raise ConfigError(
-                    f"AmpOptimWrapper(dtype='float16') is not supported on {device_type!r} by "
-                    f"torch {torch.__version__}. Use dtype='bfloat16' on CPU (or upgrade torch)."
-                )
-            self.scaler = _make_scaler(device_type, loss_scale)
-        elif device_type == "cuda" and not torch.cuda.is_bf16_supported():
-            raise ConfigError(
-                "AmpOptimWrapper(dtype='bfloat16') needs a GPU with bfloat16 support; this one "
-                "has none. Use dtype='float16'."
-            )
+        # checked before the base class checks the optimizer's type: that error comes first
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            super().__init__(optimizer)  # raises the ConfigError
+        super().__init__(optimizer, accumulative_counts=accumulative_counts, clip_grad=clip_grad,
+                         precision=mixed_precision(optimizer, dtype, loss_scale))
 
-    @contextmanager
-    def optim_context(self, model: nn.Module) -> Iterator[None]:
-        """Forward context: ``no_sync`` while accumulating, and autocast to ``self.dtype``.
+    @property
+    def dtype(self) -> torch.dtype:
+        """The autocast dtype (the precision policy's)."""
+        return self.precision.dtype
 
-        Args:
-            model: The model called inside the context.
-        """
-        device_type = _device_type_of(model.parameters())
-        with super().optim_context(model), torch.autocast(device_type, dtype=self.dtype):
-            yield
-
-    def _run_backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        if self.scaler is None:
-            loss.backward(**kwargs)
-        else:
-            self.scaler.scale(loss).backward(**kwargs)
-
-    def step(self, **kwargs: Any) -> None:
-        """Unscale (float16), clip, then step; the scaler skips steps with inf/NaN gradients.
-
-        Args:
-            **kwargs: Passed to ``optimizer.step``.
-        """
-        if self.scaler is None:
-            super().step(**kwargs)
-            return
-        if self._clip is not None:
-            self.scaler.unscale_(self.optimizer)
-            self._clip_grads()
-        self.scaler.step(self.optimizer, **kwargs)
-        self.scaler.update()
-
-    def scalars(self) -> dict[str, float]:
-        """``grad_norm`` (if clipping by norm) and, for float16, the current ``loss_scale``."""
-        out = super().scalars()
-        if self.scaler is not None:
-            out["loss_scale"] = float(self.scaler.get_scale())
-        return out
-
-    def state_dict(self) -> dict[str, Any]:
-        """The :class:`OptimWrapper` state plus the scaler's (``loss_scaler``) for float16."""
-        state = super().state_dict()
-        if self.scaler is not None:
-            state["loss_scaler"] = self.scaler.state_dict()
-        return state
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
-        super().load_state_dict(state_dict)
-        if self.scaler is not None and "loss_scaler" in state_dict:
-            self.scaler.load_state_dict(state_dict["loss_scaler"])
+    @property
+    def scaler(self) -> torch.amp.GradScaler | None:
+        """The float16 GradScaler (the precision policy's), or None."""
+        return self.precision.scaler
 
     def __repr__(self) -> str:
-        return super().__repr__()[:-1] + f", dtype={str(self.dtype).replace('torch.', '')})"
+        return super().__repr__()[:-1] + f", dtype={self.precision.name})"

@@ -7,7 +7,7 @@ A model's ``train_step`` does::
     optim_wrapper.update_params(loss)          # backward; on a window's last call: clip, step, zero
 
 Gradient accumulation, DDP ``no_sync``, clipping and mixed precision all change here, and only
-here. Escape hatches: call ``backward``/``step``/``zero_grad`` yourself, or subclass and override
+here; mixed precision is a policy the wrapper holds (``self.precision``, see ``precision.py``). Escape hatches: call ``backward``/``step``/``zero_grad`` yourself, or subclass and override
 ``step`` (register the subclass in OPTIM_WRAPPERS and name it in ``optim_wrapper.type``).
 """
 
@@ -25,6 +25,7 @@ from libai.registry import OPTIM_WRAPPERS
 from libai.utils.errors import CheckpointError, ConfigError
 
 from .clip import clip_grad_norm_, parse_clip_grad
+from .precision import Precision
 
 _NO_CONTEXT = nullcontext()
 _TORCH_ZERO_GRAD = torch.optim.Optimizer.zero_grad
@@ -69,6 +70,9 @@ class OptimWrapper:
         clip_grad: ``dict(type="norm", max_norm=1.0, norm_type=2)`` or
             ``dict(type="value", clip_value=0.5)``; extra keys go to the torch clip function.
             Defaults to None (no clipping).
+        precision: The :class:`~libai.optim.precision.Precision` policy (autocast dtype,
+            GradScaler); :class:`AmpOptimWrapper` builds one from its ``dtype``. Defaults to
+            None: float32.
 
     Raises:
         ConfigError: a bad ``accumulative_counts`` or ``clip_grad``.
@@ -79,6 +83,8 @@ class OptimWrapper:
         optimizer: torch.optim.Optimizer,
         accumulative_counts: int = 1,
         clip_grad: dict | None = None,
+        *,
+        precision: Precision | None = None,
     ) -> None:
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise ConfigError(
@@ -88,17 +94,26 @@ class OptimWrapper:
         self.optimizer = optimizer
         self.accumulative_counts = _check_count("accumulative_counts", accumulative_counts, 1)
         self._clip = parse_clip_grad(clip_grad)
+        if precision is not None and not isinstance(precision, Precision):
+            raise ConfigError(
+                f"{type(self).__name__}(precision=...) takes a libai.optim.Precision, got "
+                f"{type(precision).__name__}. For mixed precision write "
+                f"optim_wrapper=dict(type='AmpOptimWrapper', dtype='bfloat16')."
+            )
+        self.precision = precision or Precision()
         self._inner_count = 0  # update_params calls so far, over the whole run
         self._max_counts: int | None = None
         self._restored_grads_at: int | None = None
         self._after_backward: list[Callable[[], Any]] = []
         self._grad_norm: torch.Tensor | None = None  # kept on device; read lazily in scalars()
         cls = type(self)
-        # optim_context not overridden: with accumulative_counts == 1 the forward needs no
-        # context at all, so a training step may call the model directly (see make_train_step)
-        self.plain_forward = cls.optim_context is OptimWrapper.optim_context
-        self._plain_steps = all(  # update_params may then inline them (see there)
-            getattr(cls, name) is getattr(OptimWrapper, name)
+        # optim_context not overridden and no autocast: with accumulative_counts == 1 the
+        # forward needs no context at all, so a training step may call the model directly
+        # (see make_train_step)
+        self.plain_forward = (cls.optim_context is OptimWrapper.optim_context
+                              and not self.precision.enabled)
+        self._plain_steps = self.precision.scaler is None and all(  # update_params may then
+            getattr(cls, name) is getattr(OptimWrapper, name)    # inline them (see there)
             for name in ("backward", "_run_backward", "step", "zero_grad")
         )
 
@@ -155,7 +170,8 @@ class OptimWrapper:
 
     # -------------------------------------------------------------------------- hot path
     def optim_context(self, model: nn.Module) -> AbstractContextManager:
-        """Context for the forward pass: DDP ``no_sync`` while the window is not complete.
+        """Context for the forward pass: DDP ``no_sync`` while the window is not complete, and
+        the precision policy's autocast.
 
         A plain method returning a ready context (not a generator): it runs every step.
 
@@ -163,8 +179,11 @@ class OptimWrapper:
             model: The model called inside the context (the DDP-wrapped one, if any).
         """
         if self.accumulative_counts == 1 or self._window_complete(self._inner_count):
-            return _NO_CONTEXT
-        return model.no_sync() if hasattr(model, "no_sync") else _NO_CONTEXT
+            sync = _NO_CONTEXT
+        else:
+            sync = model.no_sync() if hasattr(model, "no_sync") else _NO_CONTEXT
+        precision = self.precision
+        return sync if precision.dtype is None else precision.context(model, sync)
 
     def update_params(
         self,
@@ -219,17 +238,18 @@ class OptimWrapper:
             fn()
 
     def _run_backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        loss.backward(**kwargs)
+        self.precision.backward(loss, **kwargs)  # scaled first under a GradScaler
 
     def step(self, **kwargs: Any) -> None:
-        """Clip the gradients (if configured) and step the optimizer.
+        """Clip the gradients (if configured) and step the optimizer. Under a GradScaler
+        (float16) the gradients are unscaled before clipping and a step with inf/NaN gradients
+        is skipped.
 
         Args:
             **kwargs: Passed to ``optimizer.step``.
         """
-        if self._clip is not None:
-            self._clip_grads()
-        self.optimizer.step(**kwargs)
+        self.precision.step(self.optimizer, None if self._clip is None else self._clip_grads,
+                            **kwargs)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset the gradients.
@@ -279,13 +299,15 @@ class OptimWrapper:
         return {"momentum": values}
 
     def scalars(self) -> dict[str, float]:
-        """Values to log: ``grad_norm`` (total norm before clipping) when norm clipping is on.
+        """Values to log: ``grad_norm`` (total norm before clipping) when norm clipping is on,
+        and ``loss_scale`` under a GradScaler (float16).
 
         Converting to float synchronizes with the device: call it at the logging interval only.
         """
         out: dict[str, float] = {}
         if self._grad_norm is not None:
             out["grad_norm"] = float(self._grad_norm)
+        out.update(self.precision.scalars())
         return out
 
     # --------------------------------------------------------------------- checkpointing
@@ -293,7 +315,8 @@ class OptimWrapper:
         return [p for g in self.optimizer.param_groups for p in g["params"]]
 
     def state_dict(self) -> dict[str, Any]:
-        """Optimizer state and accumulation position.
+        """Optimizer state and accumulation position, and the GradScaler's (``loss_scaler``)
+        under float16.
 
         When saved inside an accumulation window, the gradients accumulated so far are saved
         too (``accumulated_grads``), so that a resume continues the window exactly.
@@ -307,6 +330,7 @@ class OptimWrapper:
         grads = self.accumulated_grads()
         if grads is not None:
             state["accumulated_grads"] = grads
+        state.update(self.precision.state_dict())
         return state
 
     def accumulated_grads(self) -> list[torch.Tensor | None] | None:
@@ -341,6 +365,7 @@ class OptimWrapper:
             self._load_grads(grads)
         if grads is not None or state_dict.get("grads_in_shards"):
             self._restored_grads_at = self._inner_count
+        self.precision.load_state_dict(state_dict)
 
     def _load_grads(self, grads: list[torch.Tensor | None]) -> None:
         params = self._params()

@@ -3,7 +3,6 @@ the part; none of them keeps state. Parts given as objects instead of dicts are 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from torch import nn
@@ -103,33 +102,6 @@ def validate_top_level(cfg: Any) -> None:
             )
     if "model" not in cfg:
         raise ConfigError("The config has no 'model' key: add model=dict(type='YourModel', ...).")
-
-
-def graph_mode(cfg: Any) -> dict | None:
-    """The GraphModule arguments when ``optim_wrapper`` is a GraphOptimWrapper, else None.
-
-    Read from the config, not from a built wrapper: ``tools/test.py`` never builds the optimizer
-    but evaluates compiled all the same.
-    """
-    from libai.optim import GraphOptimWrapper
-    from libai.registry import OPTIM_WRAPPERS
-
-    wrapper = cfg.get("optim_wrapper")
-    if isinstance(wrapper, GraphOptimWrapper):
-        return dict(compile=wrapper.compile_options, on_failure=wrapper.on_failure)
-    if not isinstance(wrapper, Mapping) or not isinstance(wrapper.get("type"), str):
-        return None
-    cls = OPTIM_WRAPPERS.get(wrapper["type"], path="optim_wrapper")
-    if not (isinstance(cls, type) and issubclass(cls, GraphOptimWrapper)):
-        return None
-    if cfg.get("compile"):
-        raise ConfigError(
-            "compile=... and optim_wrapper.type='GraphOptimWrapper' both ask for graph mode: "
-            "remove compile and give its options as optim_wrapper.compile.")
-    from libai.model.graph import compile_options
-
-    return dict(compile=compile_options(wrapper.get("compile"), wrapper.get("exact_random", True)),
-                on_failure=wrapper.get("on_failure", "eager"))
 
 
 def build_model(cfg: Any) -> nn.Module:

@@ -98,8 +98,8 @@ CONTRACT: tuple[ContractField, ...] = (
         "each. Without it, name them with `parallel.blocks`."),
     ContractField(
         "tp_plan", "submodule attribute", False, ("libai/parallel/apply.py",),
-        "On a block class: `{submodule path: 'colwise' | 'rowwise' | 'vocab'}`, how "
-        "`parallel.tensor` splits it. Without any, tensor parallel stops with an error."),
+        "On a block class: `{submodule path: style}`, style 'colwise', 'rowwise' or 'vocab': "
+        "how `parallel.tensor` splits it. Without any, tensor parallel stops with an error."),
     ContractField(
         "hf_model_type", "attribute", False,
         ("libai/model/zoo/hf.py", "libai/model/zoo/hf_mapping.py"),
@@ -125,7 +125,13 @@ def field(name: str) -> ContractField:
 
 
 def describe() -> str:
-    """The contract as a Markdown table (docs/models.md holds this text)."""
+    """The contract as a Markdown table (docs/models.md holds this text).
+
+    Raises:
+        ValueError: A field's text holds a ``|``, which would split its table cell.
+    """
+    if any("|" in f.meaning for f in CONTRACT):
+        raise ValueError("a ContractField's meaning holds '|': rephrase it for the table")
     rows = ["| name | kind | required | read by | meaning |", "| --- | --- | --- | --- | --- |"]
     for f in CONTRACT:
         readers = ", ".join(f"`{r}`" for r in f.read_by)

@@ -225,3 +225,32 @@ def test_registry_builds_and_exposes_data_facing_attributes():
     h, pooled = encoder(torch.randint(0, 99, (2, 5)))
     assert h.shape == (2, 5, 32) and pooled.shape == (2, 32)
     assert MODELS.build(dict(type="BertForSequenceClassification", **TINY)).vocab_size == 99
+
+
+def test_one_config_object_or_its_fields_as_keywords():
+    from libai.model import BertClassifierConfig, BertConfig, BertPreTrainingConfig
+    from libai.utils.errors import BuildError
+
+    torch.manual_seed(0)
+    by_kwargs = BertForPreTraining(**TINY, second_head="sop")
+    torch.manual_seed(0)
+    by_config = BertForPreTraining(BertPreTrainingConfig(**TINY, second_head="sop"))
+    assert by_kwargs.config == by_config.config and by_config.second_head == "sop"
+    for a, b in zip(by_kwargs.state_dict().values(), by_config.state_dict().values()):
+        assert torch.equal(a, b)
+    assert isinstance(by_config.bert.config, BertConfig)
+    assert type(by_config.bert.config) is BertConfig  # the encoder gets the shared fields only
+    # keywords go on top of a config object or dict
+    assert BertModel(BertConfig(**TINY), num_layers=1).config.num_layers == 1
+    assert BertModel(dict(TINY), pre_norm=True).config.pre_norm
+    clf = BertForSequenceClassification(BertClassifierConfig(**TINY, num_classes=5))
+    assert clf.classifier.out_features == 5 and dict(clf.config)["num_classes"] == 5
+    with pytest.raises(ConfigError, match="unexpected argument 'num_layer'. Did you mean 'num_layers'"):
+        BertForPreTraining(num_layer=2)
+    with pytest.raises(ConfigError, match="unexpected argument 'second_head'"):
+        BertForSequenceClassification(second_head=None)
+    # the registry checks names and kinds before the call, as for any class
+    with pytest.raises(BuildError, match="got an unexpected argument 'hiden_size'. Did you mean"):
+        MODELS.build(dict(type="BertForPreTraining", hiden_size=32))
+    with pytest.raises(BuildError, match="model.hidden_size='big': expected a whole number"):
+        MODELS.build(dict(type="BertForPreTraining", hidden_size="big"), path="model")

@@ -177,3 +177,21 @@ def test_errors_are_one_line_libai_errors():
             fn()
         assert isinstance(exc.value, LibaiError) and text in str(exc.value)
         assert "\n" not in str(exc.value)
+
+
+def test_one_config_object_or_its_fields_as_keywords():
+    from libai.model import GPTConfig
+
+    torch.manual_seed(0)
+    by_kwargs = GPTForCausalLM(**TINY)
+    torch.manual_seed(0)
+    by_config = GPTForCausalLM(GPTConfig(**TINY))
+    assert by_kwargs.config == by_config.config == GPTConfig(**TINY)
+    assert by_config.transformer.config is by_config.config
+    for a, b in zip(by_kwargs.state_dict().values(), by_config.state_dict().values()):
+        assert torch.equal(a, b)
+    assert {"type": "GPTForCausalLM", **by_config.config}["num_layers"] == TINY["num_layers"]
+    with pytest.raises(ConfigError, match="Did you mean 'num_heads'"):
+        GPTModel(num_head=2)
+    with pytest.raises(ConfigError, match=r"GPTModel\(config=...\) takes a GPTConfig"):
+        GPTModel(3)

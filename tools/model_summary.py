@@ -12,10 +12,10 @@ table only, without building the data loader.
 
 The same table and FLOPs count open every training run (ThroughputHook).
 
-The same as ``libai summary ...``; from Python, :func:`libai.analysis.summary.model_summary`.
+The same as ``libai summary ...``; from Python, :func:`libai.analysis.model_summary.model_summary`.
 """
 
-from libai.analysis.summary import BackwardOnly, count_step_flops, model_summary  # noqa: F401
+from libai.analysis.model_summary import BackwardOnly, count_step_flops, model_summary  # noqa: F401
 from libai.cli.model_summary import main  # noqa: F401
 from libai.utils.cli import run_cli
 

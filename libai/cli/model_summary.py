@@ -1,5 +1,5 @@
 """``libai summary`` (``python tools/model_summary.py``): a config's model table and the FLOPs
-of one training step, without training (:func:`libai.analysis.summary.model_summary`).
+of one training step, without training (:func:`libai.analysis.model_summary.model_summary`).
 
     libai summary CONFIG [--cfg-options KEY=VALUE ...] [--depth N] [--no-flops]
         [--device cpu|cuda] [--debug]
@@ -34,7 +34,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args = build_parser(prog).parse_args(argv)
-    from libai.analysis.summary import model_summary
+    from libai.analysis.model_summary import model_summary
     from libai.model.summary import format_count, format_flops, format_summary
 
     cfg = Config.fromfile(resolve_config(args.config))

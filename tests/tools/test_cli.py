@@ -116,3 +116,12 @@ def test_non_editable_install_trains_by_name_from_an_empty_folder(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Iter [2/" in proc.stdout + proc.stderr
     assert not list(cwd.iterdir())
+
+
+def test_the_analysis_api_keeps_its_names_after_every_submodule_is_imported():
+    import libai.analysis.browse  # noqa: F401
+    import libai.analysis.model_summary  # noqa: F401
+    from libai.analysis import cal_train_time, load_runs, plot_curve, summary
+
+    assert all(callable(f) for f in (cal_train_time, load_runs, plot_curve, summary))
+    assert not hasattr(summary, "__path__") and summary.__module__ == "libai.analysis.logs"

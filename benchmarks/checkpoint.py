@@ -4,11 +4,11 @@ Builds a runner whose model has about ``--params-mb`` MB of float32 weights trai
 (so the checkpoint is about three times that), trains two iterations so that the optimizer state
 exists, then alternates, ``--repeats`` times, back to back (which one goes first alternates too):
 
-- sync: ``runner.save_checkpoint(name)``; blocked = until it returns;
-- async: ``runner.save_checkpoint(name, asynchronous=True)``; blocked = until it returns. The
+- sync: ``runner.checkpointer.save(name)``; blocked = until it returns;
+- async: ``runner.checkpointer.save(name, asynchronous=True)``; blocked = until it returns. The
   gradients of the next step are computed before the save, so that its optimizer step starts the
   moment the save returns and changes every weight and AdamW moment in place while the file is
-  still being written; ``runner.wait_for_checkpoints()`` ends the total.
+  still being written; ``runner.checkpointer.wait()`` ends the total.
 
 Every file is then loaded with ``libai.checkpoint.load_checkpoint`` (which checks it against its
 manifest) and compared with ``torch.equal`` to a copy of the weights and optimizer state taken
@@ -142,7 +142,7 @@ def time_sync(runner: Runner, name: str, batch: Any) -> tuple[float, int]:
     backward(runner, batch)
     expected = expected_state(runner)
     start = time.perf_counter()
-    path = runner.save_checkpoint(name)
+    path = runner.checkpointer.save(name)
     blocked = time.perf_counter() - start
     optimizer_step(runner)  # so that the next save has new values to write
     return blocked, verify(runner, path, expected)
@@ -152,10 +152,10 @@ def time_async(runner: Runner, name: str, batch: Any) -> tuple[float, float, flo
     backward(runner, batch)
     expected = expected_state(runner)
     start = time.perf_counter()
-    path = runner.save_checkpoint(name, asynchronous=True)
+    path = runner.checkpointer.save(name, asynchronous=True)
     blocked = time.perf_counter() - start
     step = optimizer_step(runner)  # changes the state while the file is being written
-    runner.wait_for_checkpoints()
+    runner.checkpointer.wait()
     total = time.perf_counter() - start
     changed = differences(expected_state(runner)["state_dict"], expected["state_dict"])
     if len(changed) != len(expected["state_dict"]):

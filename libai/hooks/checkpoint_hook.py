@@ -14,7 +14,7 @@ from libai.utils.errors import CheckpointError, ConfigError
 from libai.utils.suggest import did_you_mean
 
 from ._metrics import check_rule, improved, infer_rule, lookup_metric
-from .hook import Hook
+from .hook import Hook, RunnerView
 
 __all__ = ["CheckpointHook"]
 
@@ -38,12 +38,12 @@ def _latest_target(work_dir: str) -> str | None:
 
 @HOOKS.register_module()
 class CheckpointHook(Hook):
-    """Save full, resumable checkpoints through ``runner.save_checkpoint``.
+    """Decide when to save full, resumable checkpoints; ``runner.checkpointer`` writes them.
 
     Checkpoints are named after the number of *completed* iterations or epochs:
     ``iter_1000.pth`` holds the state after 1000 iterations; resuming from it runs iteration
-    1001 next. Every periodic and last save moves the work dir's latest pointer (the runner
-    does that), so ``--resume`` starts from the newest full checkpoint by iteration; a best
+    1001 next. Every periodic and last save moves the work dir's latest pointer (the
+    checkpointer does that), so ``--resume`` starts from the newest full checkpoint by iteration; a best
     checkpoint moves it only when it is newer than every other (validation between two
     periodic saves), never at the iteration of ``iter_<n>.pth``.
 
@@ -135,41 +135,46 @@ class CheckpointHook(Hook):
         """The validation metric this hook reads: the runner looks it up before training."""
         return [self.save_best] if self.save_best not in (None, "auto") else []
 
-    def before_train(self, runner: Any) -> None:
+    def before_train(self, runner: RunnerView) -> None:
         self._training = True
         # the state we start from is either the initial one or the checkpoint we resumed from
         self._last_saved_iter = runner.iter
         self._epoch_end = None
 
     def after_train_iter(
-        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+        self, runner: RunnerView, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
         done = runner.iter + 1
         if not self.by_epoch and self._due(done):
-            self._save_periodic(runner, f"iter_{done}.pth", done)
+            self._save_periodic(runner.checkpointer, f"iter_{done}.pth", done)
 
-    def after_train_epoch(self, runner: Any) -> None:
+    def after_train_epoch(self, runner: RunnerView) -> None:
         # runner.epoch is still the 0-based index of the epoch that just ended
         epochs_done = runner.epoch + 1
         self._epoch_end = (epochs_done, runner.iter)
         if self.by_epoch and self._due(epochs_done):
-            self._save_periodic(runner, f"epoch_{epochs_done}.pth", runner.iter)
+            self._save_periodic(runner.checkpointer, f"epoch_{epochs_done}.pth", runner.iter)
 
-    def after_train(self, runner: Any) -> None:
+    def after_train(self, runner: RunnerView) -> None:
         self._training = False
         if not self.save_last or self._last_saved_iter == runner.iter:
-            self._guard(runner, runner.wait_for_checkpoints)
+            self._guard(runner.checkpointer, runner.checkpointer.wait)
             return
         if self.by_epoch and self._epoch_end is not None and self._epoch_end[1] == runner.iter:
             filename = f"epoch_{self._epoch_end[0]}.pth"
         else:  # iteration loop, or stopped inside an epoch
             filename = f"iter_{runner.iter}.pth"
-        self._save_periodic(runner, filename, runner.iter)
+        self._save_periodic(runner.checkpointer, filename, runner.iter)
 
-    def save_now(self, runner: Any, force: bool = False) -> str:
+    def save_now(self, checkpointer: Any, done: int, force: bool = False) -> str:
         """Save ``iter_<n>.pth`` now, for a run that a signal stops between two steps, unless
         this iteration was just saved (and ``force`` is False); wait until the file and the
         latest pointer are complete. The file joins the rotation like a periodic one.
+
+        Args:
+            checkpointer: The run's :class:`~libai.checkpoint.Checkpointer` (it calls this).
+            done: The iterations completed.
+            force: Save even when this iteration was just saved.
 
         Returns:
             The checkpoint of the current iteration.
@@ -177,37 +182,36 @@ class CheckpointHook(Hook):
         Raises:
             CheckpointError: The save failed, whatever ``on_error`` says: the run is ending.
         """
-        done = runner.iter
         if force or self._last_saved_iter != done:
             self._last_saved_iter = None
-            self._save_periodic(runner, f"iter_{done}.pth", done)
-        runner.wait_for_checkpoints()
-        latest = _latest_target(runner.work_dir)
+            self._save_periodic(checkpointer, f"iter_{done}.pth", done)
+        checkpointer.wait()
+        latest = _latest_target(checkpointer.work_dir)
         if self._last_saved_iter != done or latest is None:
             raise CheckpointError(f"No checkpoint of iteration {done} could be written (see the "
                                   f"error above); --resume continues from the last complete one.")
         return latest
 
     # --------------------------------------------------------------------------- saving
-    def _guard(self, runner: Any, fn: Any, *args: Any) -> Any:
+    def _guard(self, checkpointer: Any, fn: Any, *args: Any) -> Any:
         """Run a save under the ``on_error`` policy; returns None when a save failed."""
         try:
             return fn(*args)
         except CheckpointError as e:
             if self.on_error == "raise":
                 raise
-            runner.logger.error(f"{e} Training goes on (CheckpointHook on_error='warn').")
+            checkpointer.logger.error(f"{e} Training goes on (CheckpointHook on_error='warn').")
             return None
 
-    def _save(self, runner: Any, filename: str, latest: bool = True) -> str | None:
-        """Save through the runner; returns the file's name relative to the work dir, or None
-        when the save failed under ``on_error='warn'``."""
-        path = self._guard(runner, runner.save_checkpoint, filename, None, self.async_save, latest)
+    def _save(self, checkpointer: Any, filename: str, latest: bool = True) -> str | None:
+        """Save through the checkpointer; returns the file's name relative to the work dir, or
+        None when the save failed under ``on_error='warn'``."""
+        path = self._guard(checkpointer, checkpointer.save, filename, None, self.async_save, latest)
         if path is None:
             return None
-        return os.path.relpath(os.path.abspath(path), os.path.abspath(runner.work_dir))
+        return os.path.relpath(os.path.abspath(path), os.path.abspath(checkpointer.work_dir))
 
-    def _save_periodic(self, runner: Any, filename: str, done_iter: int) -> None:
+    def _save_periodic(self, checkpointer: Any, filename: str, done_iter: int) -> None:
         # Decide what to prune before saving, so that the checkpoint records the list as it will
         # be once the old files are gone; the files themselves go only after the save succeeded.
         before = list(self.kept)
@@ -220,28 +224,28 @@ class CheckpointHook(Hook):
                 if name != self.best_file:
                     victims.append(name)
         self.kept = [p for p in kept if p not in victims]
-        saved = self._save(runner, filename)
+        saved = self._save(checkpointer, filename)
         if saved is None:  # failed: keep every earlier file
             self.kept = before
             return
         self.kept[-1] = saved
         self._last_saved_iter = done_iter
-        self._delete(runner, victims)
+        self._delete(checkpointer, victims)
 
-    def _delete(self, runner: Any, names: list[str]) -> None:
+    def _delete(self, checkpointer: Any, names: list[str]) -> None:
         """Delete checkpoints (rank 0 only), never the one the latest pointer names."""
-        if not names or runner.rank != 0:
+        if not names or checkpointer.rank != 0:
             return
-        latest = _latest_target(runner.work_dir)
+        latest = _latest_target(checkpointer.work_dir)
         for name in names:
-            path = os.path.abspath(os.path.join(runner.work_dir, name))
+            path = os.path.abspath(os.path.join(checkpointer.work_dir, name))
             if path == latest:  # something else moved the pointer here; keep it
                 continue
             remove_checkpoint(path)
-            runner.logger.info(f"Removed checkpoint {path}")
+            checkpointer.logger.info(f"Removed checkpoint {path}")
 
     # ----------------------------------------------------------------------------- best
-    def after_val(self, runner: Any, metrics: Mapping[str, float] | None = None) -> None:
+    def after_val(self, runner: RunnerView, metrics: Mapping[str, float] | None = None) -> None:
         if self.save_best is None or not self._training:
             return
         metrics = dict(metrics or {})
@@ -266,14 +270,14 @@ class CheckpointHook(Hook):
         self.best_score, self.best_file = score, filename
         # the latest pointer stays on iter_<n>.pth of this iteration, or a newer one
         newer = self._last_saved_iter is None or runner.iter > self._last_saved_iter
-        saved = self._save(runner, filename, latest=newer)
+        saved = self._save(runner.checkpointer, filename, latest=newer)
         if saved is None:  # failed under on_error='warn': the earlier best stays the best
             self.best_score, self.best_file = previous_score, previous
             return
         self.best_file = saved
         runner.logger.info(f"New best {self.best_metric} = {score:.6g}: saved {self.best_file}")
         if previous and previous != self.best_file and previous not in self.kept:
-            self._delete(runner, [previous])
+            self._delete(runner.checkpointer, [previous])
 
     # ---------------------------------------------------------------------------- state
     def state_dict(self) -> dict:

@@ -13,7 +13,7 @@ from libai.utils import dist
 from libai.utils.errors import ConfigError
 from libai.utils.paths import check_output_path
 
-from .hook import Hook
+from .hook import Hook, RunnerView
 
 __all__ = ["DumpPredictionsHook"]
 
@@ -50,19 +50,19 @@ class DumpPredictionsHook(Hook):
         self._chunks: list[dict[str, torch.Tensor]] = []
         self._sets: list[dict[str, torch.Tensor]] = []
 
-    def before_test(self, runner: Any) -> None:
+    def before_test(self, runner: RunnerView) -> None:
         self._sets: list[dict[str, torch.Tensor]] = []
 
-    def before_test_epoch(self, runner: Any) -> None:
+    def before_test_epoch(self, runner: RunnerView) -> None:
         self._chunks = []
 
-    def after_test_iter(self, runner: Any, batch_idx: int, data_batch: Any, outputs: Any) -> None:
+    def after_test_iter(self, runner: RunnerView, batch_idx: int, data_batch: Any, outputs: Any) -> None:
         chunk = _split(outputs)
         if isinstance(data_batch, dict) and isinstance(data_batch.get(self.label_key), torch.Tensor):
             chunk[self.label_key] = data_batch[self.label_key].detach().cpu()
         self._chunks.append(chunk)
 
-    def after_test_epoch(self, runner: Any, metrics: dict) -> None:
+    def after_test_epoch(self, runner: RunnerView, metrics: dict) -> None:
         keys = self._chunks[0] if self._chunks else {}
         local = {k: torch.cat([c[k] for c in self._chunks]) for k in keys}
         gathered = dist.all_gather_object(local)
@@ -77,7 +77,7 @@ class DumpPredictionsHook(Hook):
             merged[key] = torch.stack([p[:n] for p in parts], dim=1).flatten(0, 1)[:size]
         self._sets.append(merged)
 
-    def after_test(self, runner: Any, metrics: dict) -> None:
+    def after_test(self, runner: RunnerView, metrics: dict) -> None:
         if not dist.is_main_process() or not self._sets:
             return
         merged = {k: torch.cat([s[k] for s in self._sets]) for k in self._sets[0]}

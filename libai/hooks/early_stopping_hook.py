@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from libai.registry import HOOKS
 from libai.utils.errors import ConfigError
 from libai.utils.suggest import did_you_mean
 
 from ._metrics import check_rule, improved, infer_rule, lookup_metric
-from .hook import Hook
+from .hook import Hook, RunnerView
 
 __all__ = ["EarlyStoppingHook"]
 
@@ -82,13 +81,13 @@ class EarlyStoppingHook(Hook):
         """The metric this hook must find (strict=True): the runner looks it up before training."""
         return [self.monitor] if self.strict else []
 
-    def before_train(self, runner: Any) -> None:
+    def before_train(self, runner: RunnerView) -> None:
         self._training = True
 
-    def after_train(self, runner: Any) -> None:
+    def after_train(self, runner: RunnerView) -> None:
         self._training = False
 
-    def after_val(self, runner: Any, metrics: Mapping[str, float] | None = None) -> None:
+    def after_val(self, runner: RunnerView, metrics: Mapping[str, float] | None = None) -> None:
         if not self._training:
             return
         metrics = dict(metrics or {})
@@ -124,7 +123,7 @@ class EarlyStoppingHook(Hook):
             )
         return None
 
-    def _missing(self, runner: Any, metrics: dict[str, float]) -> None:
+    def _missing(self, runner: RunnerView, metrics: dict[str, float]) -> None:
         if self.strict:
             lookup_metric(metrics, self.monitor, "EarlyStoppingHook(strict=True)")  # raises
         if not self._warned_missing:

@@ -10,7 +10,7 @@ from torch import nn
 from libai.registry import HOOKS
 from libai.utils.errors import CheckpointError, ConfigError
 
-from .hook import Hook
+from .hook import Hook, RunnerView
 
 __all__ = ["EMAHook"]
 
@@ -64,7 +64,7 @@ class EMAHook(Hook):
         self._state_loaded = False
 
     # --------------------------------------------------------------------------- set-up
-    def _bind(self, runner: Any) -> None:
+    def _bind(self, runner: RunnerView) -> None:
         """Find the model's tensors to average (once)."""
         if self._names:
             return
@@ -78,7 +78,7 @@ class EMAHook(Hook):
         self._ema = []
 
     @torch.no_grad()
-    def _start(self, runner: Any) -> None:
+    def _start(self, runner: RunnerView) -> None:
         """Start the average from the current weights, or from state loaded from a checkpoint."""
         self._bind(runner)
         if self._pending is not None:
@@ -88,14 +88,14 @@ class EMAHook(Hook):
             self._ema = [t.detach().clone() for t in self._live]
         self._started = True
 
-    def before_train(self, runner: Any) -> None:
+    def before_train(self, runner: RunnerView) -> None:
         self._bind(runner)
         if self._pending is not None:  # resumed
             self._start(runner)
 
     @torch.no_grad()
     def after_train_iter(
-        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+        self, runner: RunnerView, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
         if runner.iter < self.begin_iter:
             return
@@ -112,14 +112,14 @@ class EMAHook(Hook):
             live.copy_(ema)
             ema.copy_(tmp)
 
-    def _swap_in(self, runner: Any) -> None:
+    def _swap_in(self, runner: RunnerView) -> None:
         if not self._started and self._pending is not None:
             self._start(runner)  # evaluating a resumed run before training
         if self._started and not self._swapped:
             self._swap()
             self._swapped = True
 
-    def _swap_out(self, runner: Any, metrics: Any = None) -> None:
+    def _swap_out(self, runner: RunnerView, metrics: Any = None) -> None:
         if self._swapped:
             self._swap()
             self._swapped = False
@@ -127,7 +127,7 @@ class EMAHook(Hook):
     before_val_epoch = before_test_epoch = _swap_in
     after_val_epoch = after_test_epoch = _swap_out
 
-    def after_load_checkpoint(self, runner: Any, checkpoint: Any = None) -> None:
+    def after_load_checkpoint(self, runner: RunnerView, checkpoint: Any = None) -> None:
         # A checkpoint without EMA state (saved without this hook) restarts the average from the
         # weights just loaded, instead of keeping an average of weights that no longer apply.
         if not self._state_loaded and self._started:

@@ -8,7 +8,7 @@ import torch
 
 from libai.registry import HOOKS
 
-from .hook import Hook
+from .hook import Hook, RunnerView
 
 __all__ = ["EmptyCacheHook"]
 
@@ -42,16 +42,16 @@ class EmptyCacheHook(Hook):
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    def _at_epoch_start(self, runner: Any) -> None:
+    def _at_epoch_start(self, runner: RunnerView) -> None:
         if self.before_epoch:
             self._empty()
 
-    def _at_epoch_end(self, runner: Any, metrics: Any = None) -> None:
+    def _at_epoch_end(self, runner: RunnerView, metrics: Any = None) -> None:
         if self.after_epoch:
             self._empty()
 
     def _at_iter_end(
-        self, runner: Any, batch_idx: int = 0, data_batch: Any = None, outputs: Any = None
+        self, runner: RunnerView, batch_idx: int = 0, data_batch: Any = None, outputs: Any = None
     ) -> None:
         if self.after_iter:
             self._empty()

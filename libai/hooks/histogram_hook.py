@@ -9,7 +9,7 @@ from libai.registry import HOOKS
 from libai.utils.errors import ConfigError
 from libai.visualization.backends import BaseLogBackend, Histogram
 
-from .hook import Hook
+from .hook import Hook, RunnerView
 
 __all__ = ["HistogramHook"]
 
@@ -77,16 +77,10 @@ class HistogramHook(Hook):
         if "weights" not in what:
             self.disable_stage("after_train_iter")
 
-    def before_train(self, runner: Any) -> None:
-        from .logger_hook import LoggerHook
-
-        self._backends = [
-            backend
-            for hook in getattr(runner, "hooks", ())
-            if isinstance(hook, LoggerHook)
-            for backend in hook.backends
-            if type(backend).add_histogram is not BaseLogBackend.add_histogram
-        ]
+    def before_train(self, runner: RunnerView) -> None:
+        backends = runner.writer.backends if runner.writer is not None else ()
+        self._backends = [backend for backend in backends
+                          if type(backend).add_histogram is not BaseLogBackend.add_histogram]
         if runner.rank != 0 or not self._backends:
             if runner.rank == 0:
                 runner.logger.warning(
@@ -103,7 +97,7 @@ class HistogramHook(Hook):
         ]
         self._grads_due = False
 
-    def after_backward(self, runner: Any) -> None:
+    def after_backward(self, runner: RunnerView) -> None:
         if not self._grads_due:
             if (runner.iter + 1) % self.interval:
                 return
@@ -122,7 +116,7 @@ class HistogramHook(Hook):
                 self._send(f"grads/{name}", grad / scale if scale != 1.0 else grad, step)
 
     def after_train_iter(
-        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+        self, runner: RunnerView, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
         if (runner.iter + 1) % self.interval:
             return

@@ -42,13 +42,14 @@ the class is defined: such a method would silently never be called.
 
 from __future__ import annotations
 
+import logging
 import types
-from typing import Any
+from typing import Any, Protocol
 
 from libai.utils.errors import ConfigError
 from libai.utils.suggest import did_you_mean
 
-__all__ = ["Hook", "STAGES", "PRIORITIES", "get_priority"]
+__all__ = ["Hook", "RunnerView", "STAGES", "PRIORITIES", "StageIndex", "get_priority"]
 
 STAGES = (
     "before_run",
@@ -107,6 +108,93 @@ def get_priority(priority: int | str) -> int:
     )
 
 
+
+class RunnerView(Protocol):
+    """What a hook may use of the runner, and all of it (tests/test_interfaces.py holds every
+    hook of libai to it). mmengine's runner properties and detectron2's hook contract are the
+    models; the shared services are attributes, so hooks never look for each other.
+
+    The run:
+        cfg: The validated, read-only Config.
+        work_dir: The folder of checkpoints and run folders.
+        log_dir: This run's folder (``work_dir/<timestamp>``; a temporary one under
+            ``--fast-dev-run``).
+        experiment_name: ``cfg.experiment_name``, or the config's file name.
+        fast_dev_run: Iterations of a dry run (0: a real run); a dry run writes nothing.
+
+    Services:
+        logger: Prints on rank 0, and writes the run's log file.
+        message_hub: Scalar histories and info shared by hooks and loops.
+        writer: The LoggerHook (its ``interval``, its ``backends``) or None without one.
+        checkpointer: The :class:`~libai.checkpoint.Checkpointer`: ``save``, ``wait``, ``best()``,
+            ``series_dir`` (where training writes its scalars).
+
+    Parts (built on first use):
+        model: As trained (possibly wrapped); unwrapped_model: the model itself.
+        optim_wrapper, param_schedulers, train_loop, val_loop, test_loop (None without their
+        config); a loop has ``dataloader``.
+
+    Position:
+        iter: Completed training iterations; epoch: the current epoch (0-based);
+        max_iters, max_epochs (None for an iteration loop); ``limit_iters(n)``: the iterations
+        this run really reaches (fewer under ``fast_dev_run``); should_stop: set True to end
+        training after the current iteration.
+
+    Process:
+        rank: This process's rank; data_parallel: which share of the data it reads
+        (:class:`~libai.utils.dist.DataParallel`); device: where the model is.
+
+    And ``call_hook(stage, **kwargs)``, to call a stage on every hook.
+    """
+
+    cfg: Any
+    work_dir: str
+    log_dir: str
+    experiment_name: str
+    fast_dev_run: int
+    logger: logging.Logger
+    message_hub: Any
+    writer: Any
+    checkpointer: Any
+    model: Any
+    unwrapped_model: Any
+    should_stop: bool
+    rank: int
+    data_parallel: Any
+    device: Any
+
+    @property
+    def optim_wrapper(self) -> Any: ...
+
+    @property
+    def param_schedulers(self) -> list: ...
+
+    @property
+    def train_loop(self) -> Any: ...
+
+    @property
+    def val_loop(self) -> Any: ...
+
+    @property
+    def test_loop(self) -> Any: ...
+
+    @property
+    def iter(self) -> int: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def max_iters(self) -> int: ...
+
+    @property
+    def max_epochs(self) -> int | None: ...
+
+    def limit_iters(self, max_iters: int) -> int: ...
+
+    def call_hook(self, stage: str, **kwargs: Any) -> None: ...
+
+
 class Hook:
     """Base class of hooks. Override the stages you need; see the module docstring for order.
 
@@ -148,11 +236,13 @@ class Hook:
         """Tell the runner never to call ``stage`` on this instance.
 
         For a stage the class implements but this configuration never needs (the runner then
-        spends nothing on it per iteration). Call it in ``__init__``, or in any stage: the
-        runner re-indexes its hooks after the stage call that disabled one.
+        spends nothing on it per iteration). Call it in ``__init__``, or in any stage: it is in
+        effect from the next call of a stage (the next iteration, for a per-iteration stage).
         """
         if stage not in STAGES:
             raise ConfigError(f"Unknown hook stage '{stage}'.{did_you_mean(stage, STAGES)}")
+        if not self.uses_stage(stage):
+            return
         setattr(self, stage, types.MethodType(_noop, self))
         Hook.stage_generation += 1
 
@@ -164,7 +254,42 @@ class Hook:
         return type(self).__name__
 
 
-def _noop(self: Hook, runner: Any, **kwargs: Any) -> None:
+class StageIndex:
+    """Per stage, the hooks that act at it and their bound methods, in priority order.
+
+    A stage no hook uses costs nothing per iteration: methods are looked up once, here, and again
+    only after a hook disabled a stage (:meth:`Hook.disable_stage`). The loops call the methods
+    of the per-iteration stages from :attr:`methods` directly, reading it once per iteration.
+    """
+
+    def __init__(self, hooks: list[Hook]) -> None:
+        self.hooks = hooks
+        self._index()
+
+    def _index(self) -> None:
+        self.generation = Hook.stage_generation
+        used = {stage: [h for h in self.hooks if h.uses_stage(stage)] for stage in STAGES}
+        self.by_stage = {stage: hooks for stage, hooks in used.items() if hooks}
+        self._methods = {stage: tuple(getattr(h, stage) for h in hooks)
+                         for stage, hooks in self.by_stage.items()}
+
+    @property
+    def methods(self) -> dict[str, tuple]:
+        """``{stage: (bound methods...)}`` for the stages some hook uses."""
+        if self.generation != Hook.stage_generation:  # a hook disabled a stage
+            self._index()
+        return self._methods
+
+    def order_text(self) -> str:
+        """The hooks called at each stage, in order (printed at start-up)."""
+        lines = ["Hooks, in call order per stage:"]
+        for stage, hooks in self.by_stage.items():
+            names = ", ".join(f"{type(h).__name__}({h.priority})" for h in hooks)
+            lines.append(f"  {stage:<24} {names}")
+        return "\n".join(lines)
+
+
+def _noop(self: Hook, runner: RunnerView, **kwargs: Any) -> None:
     """Does nothing; override in a subclass."""
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from libai.registry import HOOKS
 
-from .hook import Hook
+from .hook import Hook, RunnerView
 
 __all__ = ["IterTimerHook"]
 
@@ -43,29 +43,29 @@ class IterTimerHook(Hook):
         else:
             self._last[mode] = time.perf_counter()
 
-    def _before_iter(self, runner: Any, mode: str) -> None:
+    def _before_iter(self, runner: RunnerView, mode: str) -> None:
         now = time.perf_counter()
         runner.message_hub.update_scalar(f"{mode}/data_time", now - self._last.get(mode, now))
 
-    def _after_iter(self, runner: Any, mode: str) -> None:
+    def _after_iter(self, runner: RunnerView, mode: str) -> None:
         now = time.perf_counter()
         runner.message_hub.update_scalar(f"{mode}/time", now - self._last.get(mode, now))
         self._last[mode] = now
 
     # ------------------------------------------------------------------------------- train
-    def _start_train(self, runner: Any) -> None:
+    def _start_train(self, runner: RunnerView) -> None:
         hub = runner.message_hub
         self._data_time = hub.history("train/data_time")
         self._iter_time = hub.history("train/time")
         self._train_last = time.perf_counter()
 
-    def before_train(self, runner: Any) -> None:
+    def before_train(self, runner: RunnerView) -> None:
         self._start_train(runner)
 
-    def before_train_epoch(self, runner: Any) -> None:
+    def before_train_epoch(self, runner: RunnerView) -> None:
         self._start_train(runner)
 
-    def before_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
+    def before_train_iter(self, runner: RunnerView, batch_idx: int, data_batch: Any = None) -> None:
         h = self._data_time
         if h is None:  # a custom loop that skipped before_train
             self._start_train(runner)
@@ -74,7 +74,7 @@ class IterTimerHook(Hook):
         h.counts.append(1)
 
     def after_train_iter(
-        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+        self, runner: RunnerView, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
         now = time.perf_counter()
         h = self._iter_time
@@ -86,30 +86,30 @@ class IterTimerHook(Hook):
         self._train_last = now
 
     # ------------------------------------------------------------------------- val / test
-    def before_val_epoch(self, runner: Any) -> None:
+    def before_val_epoch(self, runner: RunnerView) -> None:
         self._start("val")
 
-    def before_val_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
+    def before_val_iter(self, runner: RunnerView, batch_idx: int, data_batch: Any = None) -> None:
         self._before_iter(runner, "val")
 
     def after_val_iter(
-        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+        self, runner: RunnerView, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
         self._after_iter(runner, "val")
 
-    def after_val(self, runner: Any, metrics: Any = None) -> None:
+    def after_val(self, runner: RunnerView, metrics: Any = None) -> None:
         self._start("train")
 
-    def before_test_epoch(self, runner: Any) -> None:
+    def before_test_epoch(self, runner: RunnerView) -> None:
         self._start("test")
 
-    def before_test_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
+    def before_test_iter(self, runner: RunnerView, batch_idx: int, data_batch: Any = None) -> None:
         self._before_iter(runner, "test")
 
     def after_test_iter(
-        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+        self, runner: RunnerView, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
         self._after_iter(runner, "test")
 
-    def after_test(self, runner: Any, metrics: Any = None) -> None:
+    def after_test(self, runner: RunnerView, metrics: Any = None) -> None:
         self._start("train")

@@ -27,7 +27,7 @@ from libai.visualization.plots import draw_in_background, plot_scalars, saved_me
 from libai.visualization.progress import ProgressBar
 
 from ._interval_sums import RunningSum
-from .hook import Hook
+from .hook import Hook, RunnerView
 
 __all__ = ["LoggerHook"]
 
@@ -130,68 +130,67 @@ class LoggerHook(Hook):
         self._final: dict[str, float] = {}  # last value of each scalar written (log_summary)
 
     # ------------------------------------------------------------------------ lifecycle
-    def before_run(self, runner: Any) -> None:
+    def before_run(self, runner: RunnerView) -> None:
         self._bar = ProgressBar(enabled=self.progress_bar and runner.rank == 0)
-        self._dry = bool(getattr(runner, "fast_dev_run", 0))  # a dry run writes no scalars
+        self._dry = bool(runner.fast_dev_run)  # a dry run writes no scalars
 
-    def before_train(self, runner: Any) -> None:
+    def before_train(self, runner: RunnerView) -> None:
         self._training = True
         self._by_epoch = runner.max_epochs is not None
         self._max_iters = runner.max_iters
-        self._per_epoch = getattr(runner.train_loop, "iters_per_epoch", None)
+        self._per_epoch = runner.train_loop.iters_per_epoch
         self._start_iter = runner.iter
         self._t_start = time.perf_counter()
         self._sums.reset()
         device = torch.device(runner.device)
         self._cuda_device = device if device.type == "cuda" else None
         # A fresh run starts a series in its own run folder; a resumed one continues the series
-        # of its checkpoint (runner.series_dir), where what an earlier attempt logged past the
+        # of its checkpoint (runner.checkpointer.series_dir), where what an earlier attempt logged past the
         # restored iteration is set aside, so steps never repeat or go backwards.
         self._open(runner, resume_step=runner.iter)
         self._bar.add("train", "train", total=runner.max_iters, completed=runner.iter)
 
-    def after_train(self, runner: Any) -> None:
+    def after_train(self, runner: RunnerView) -> None:
         if self._sums.iterations:  # stopped early, between two intervals
             self._log_train(runner, batch_idx=None, done=runner.iter)
         self._training = False
         self._trained = True
         self._bar.remove("train")
 
-    def after_run(self, runner: Any) -> None:
+    def after_run(self, runner: RunnerView) -> None:
         self._bar.stop()
         if runner.rank != 0 or not self._opened:
             return
-        log_run_summary(self.backends, self._final, _best_checkpoint(runner))
+        log_run_summary(self.backends, self._final, runner.checkpointer.best())
         for backend in self.backends:
             backend.close()
         self._opened = False
         if self.plot:
             self._plot(runner)
 
-    def _open(self, runner: Any, resume_step: int | None = None) -> None:
+    def _open(self, runner: RunnerView, resume_step: int | None = None) -> None:
         if self._opened or runner.rank != 0 or self._dry:
             return
         # training, and the test right after it, write into the series of the training; an
         # eval-only run (tools/test.py) into its own run folder, so it never appends a backwards
         # step to a training series
         if self._training or self._trained:
-            target = getattr(runner, "series_dir", runner.log_dir)
+            target = runner.checkpointer.series_dir or runner.log_dir
         else:
             target = runner.log_dir
         for backend in self.backends:
             backend.open(target, resume_step=resume_step)
         self._opened = True
-        log_run_config(self.backends, getattr(runner, "cfg", None),
-                       experiment_name=getattr(runner, "experiment_name", None),
-                       run_name=getattr(runner, "timestamp", None))
+        log_run_config(self.backends, runner.cfg, experiment_name=runner.experiment_name,
+                       run_name=os.path.basename(runner.log_dir))  # the run's timestamp
 
-    def before_save_checkpoint(self, runner: Any, checkpoint: Any = None) -> None:
+    def before_save_checkpoint(self, runner: RunnerView, checkpoint: Any = None) -> None:
         # the scalars on disk then reach every checkpoint a later run may resume from
         if self._opened:
             for backend in self.backends:
                 backend.flush()
 
-    def _write(self, runner: Any, scalars: dict[str, float], step: int) -> None:
+    def _write(self, runner: RunnerView, scalars: dict[str, float], step: int) -> None:
         if runner.rank != 0 or not scalars or self._dry:
             return
         self._open(runner)
@@ -201,7 +200,7 @@ class LoggerHook(Hook):
 
     # ---------------------------------------------------------------------------- train
     def after_train_iter(
-        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+        self, runner: RunnerView, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
         rows = self._sums.rows
         if not rows:  # a new interval: how many iterations until its line is due
@@ -223,7 +222,7 @@ class LoggerHook(Hook):
             n = self.interval - it % self.interval
         return max(1, min(n, self._max_iters - it))
 
-    def _log_train(self, runner: Any, batch_idx: int | None, done: int) -> None:
+    def _log_train(self, runner: RunnerView, batch_idx: int | None, done: int) -> None:
         n = self._sums.iterations
         means = all_reduce_mean(self._sums.means())  # the one sync of the interval
         self._sums.reset()
@@ -254,7 +253,7 @@ class LoggerHook(Hook):
 
     def _train_line(
         self,
-        runner: Any,
+        runner: RunnerView,
         batch_idx: int | None,
         done: int,
         means: dict[str, float],
@@ -281,46 +280,46 @@ class LoggerHook(Hook):
         return "  ".join(parts)
 
     # ----------------------------------------------------------------------- val / test
-    def before_val(self, runner: Any) -> None:
+    def before_val(self, runner: RunnerView) -> None:
         self._eval_set = 0
 
     before_test = before_val
 
-    def _eval_total(self, runner: Any, stage: str) -> int | None:
-        loop = getattr(runner, f"{stage}_loop", None)
+    def _eval_total(self, runner: RunnerView, stage: str) -> int | None:
+        loop = runner.val_loop if stage == "val" else runner.test_loop
         sets = list(getattr(loop, "sets", {}).values())
         try:
             return len(sets[self._eval_set][0])
         except (IndexError, TypeError):
             return None
 
-    def before_val_epoch(self, runner: Any) -> None:
+    def before_val_epoch(self, runner: RunnerView) -> None:
         self._t_eval = time.perf_counter()
         self._bar.add("val", "val", total=self._eval_total(runner, "val"))
 
-    def before_test_epoch(self, runner: Any) -> None:
+    def before_test_epoch(self, runner: RunnerView) -> None:
         self._t_eval = time.perf_counter()
         self._bar.add("test", "test", total=self._eval_total(runner, "test"))
 
     def after_val_iter(
-        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+        self, runner: RunnerView, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
         self._bar.advance("val")
 
     def after_test_iter(
-        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+        self, runner: RunnerView, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
         self._bar.advance("test")
 
-    def after_val_epoch(self, runner: Any, metrics: Mapping[str, Any] | None = None) -> None:
+    def after_val_epoch(self, runner: RunnerView, metrics: Mapping[str, Any] | None = None) -> None:
         self._bar.remove("val")
         self._log_metrics(runner, "val", metrics)
 
-    def after_test_epoch(self, runner: Any, metrics: Mapping[str, Any] | None = None) -> None:
+    def after_test_epoch(self, runner: RunnerView, metrics: Mapping[str, Any] | None = None) -> None:
         self._bar.remove("test")
         self._log_metrics(runner, "test", metrics)
 
-    def _log_metrics(self, runner: Any, stage: str, metrics: Mapping[str, Any] | None) -> None:
+    def _log_metrics(self, runner: RunnerView, stage: str, metrics: Mapping[str, Any] | None) -> None:
         self._eval_set += 1
         scalars: dict[str, float] = {}
         for k, v in (metrics or {}).items():
@@ -347,7 +346,7 @@ class LoggerHook(Hook):
         self._write(runner, row, runner.iter)
 
     # ---------------------------------------------------------------------------- plots
-    def _plot(self, runner: Any) -> None:
+    def _plot(self, runner: RunnerView) -> None:
         jsonl = next((b for b in self.backends if isinstance(b, JsonlBackend) and b.path), None)
         if jsonl is None or not os.path.exists(jsonl.path):
             return
@@ -377,23 +376,9 @@ class LoggerHook(Hook):
             runner.logger.info(saved_message(paths))
 
 
-def _best_checkpoint(runner: Any) -> dict | None:
-    """CheckpointHook's best checkpoint (absolute path, metric, score), for the backends' summary;
-    None without ``save_best``."""
-    from .checkpoint_hook import CheckpointHook
-
-    best = None
-    for hook in getattr(runner, "hooks", ()):
-        if isinstance(hook, CheckpointHook) and hook.best_file:
-            best = {"checkpoint": os.path.abspath(os.path.join(runner.work_dir, hook.best_file)),
-                    "metric": hook.best_metric, "score": hook.best_score}
-    return best
-
-
-def _log_file(runner: Any) -> str | None:
+def _log_file(runner: RunnerView) -> str | None:
     """The run's log file: where the runner's logger writes, if to a file."""
-    logger = getattr(runner, "logger", None)
-    for handler in getattr(logger, "handlers", ()):
+    for handler in runner.logger.handlers:
         if isinstance(handler, logging.FileHandler):
             return handler.baseFilename
     return None

@@ -13,7 +13,7 @@ from libai.utils import dist
 from libai.utils.errors import ConfigError, TrainingError
 from libai.utils.suggest import did_you_mean
 
-from .hook import Hook
+from .hook import Hook, RunnerView
 
 __all__ = ["NonFiniteLossHook"]
 
@@ -133,12 +133,12 @@ class NonFiniteLossHook(Hook):
             self.disable_stage("after_backward")
             self.disable_stage("before_train")
 
-    def _due(self, runner: Any) -> bool:
+    def _due(self, runner: RunnerView) -> bool:
         return (runner.iter + 1) % self.check_interval == 0
 
     # ------------------------------------------------------------------ raise / warn: loss
     def after_train_iter(
-        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+        self, runner: RunnerView, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
         if self.policy == "skip":
             if self._skipped_now and isinstance(outputs, dict):
@@ -155,17 +155,17 @@ class NonFiniteLossHook(Hook):
         if len(pending) >= self._batch_len:
             self._check(runner)
 
-    def before_val(self, runner: Any) -> None:
+    def before_val(self, runner: RunnerView) -> None:
         self._check(runner)
 
-    def after_train(self, runner: Any) -> None:
+    def after_train(self, runner: RunnerView) -> None:
         self._check(runner)
 
-    def before_save_checkpoint(self, runner: Any, checkpoint: Any = None) -> None:
+    def before_save_checkpoint(self, runner: RunnerView, checkpoint: Any = None) -> None:
         # rank 0 only, so no collective here; the runner passes a failure on to every rank
         self._check(runner, collective=False)
 
-    def _check(self, runner: Any, collective: bool = True) -> None:
+    def _check(self, runner: RunnerView, collective: bool = True) -> None:
         rows = self._pending
         if collective:  # rank 0's own look before a save keeps them: every rank must clear
             self._pending = []  # the same rows at the same checks, or the collectives pair wrong
@@ -191,7 +191,7 @@ class NonFiniteLossHook(Hook):
         runner.logger.warning(f"Non-finite loss at {where}: {values}{also}. Training goes on.")
 
     # ------------------------------------------------------------------- skip: gradients
-    def before_train(self, runner: Any) -> None:
+    def before_train(self, runner: RunnerView) -> None:
         if self.policy != "skip":
             return
         self._params = [
@@ -204,7 +204,7 @@ class NonFiniteLossHook(Hook):
                 "steps with non-finite gradients, so this hook leaves them to it."
             )
 
-    def after_backward(self, runner: Any) -> None:
+    def after_backward(self, runner: RunnerView) -> None:
         if self.policy != "skip" or self._defer_to_scaler or not self._due(runner):
             return
         should_update = getattr(runner.optim_wrapper, "should_update", None)

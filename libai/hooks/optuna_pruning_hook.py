@@ -13,7 +13,7 @@ from libai.utils.errors import ConfigError
 from libai.utils.optuna_study import build_pruner, open_storage
 from libai.utils.suggest import did_you_mean
 
-from .hook import Hook
+from .hook import Hook, RunnerView
 
 __all__ = ["OptunaPruningHook", "PRUNED_MARKER"]
 
@@ -86,15 +86,15 @@ class OptunaPruningHook(Hook):
 
     # ------------------------------------------------------------------------ lifecycle
 
-    def before_train(self, runner: Any) -> None:
+    def before_train(self, runner: RunnerView) -> None:
         self._training = True
         if self._trial is None:
             self._trial = self._connect()
 
-    def after_train(self, runner: Any) -> None:
+    def after_train(self, runner: RunnerView) -> None:
         self._training = False
 
-    def after_val_epoch(self, runner: Any, metrics: Mapping[str, float] | None = None) -> None:
+    def after_val_epoch(self, runner: RunnerView, metrics: Mapping[str, float] | None = None) -> None:
         if not self._training or self.pruned or self.monitor not in (metrics or {}):
             return
         import optuna
@@ -119,7 +119,7 @@ class OptunaPruningHook(Hook):
                 f"{self.monitor} = {value:.6g}. Training stops here.")
             self._write_marker(runner, step, value)
 
-    def after_val(self, runner: Any, metrics: Mapping[str, float] | None = None) -> None:
+    def after_val(self, runner: RunnerView, metrics: Mapping[str, float] | None = None) -> None:
         if self._training and not self._reported and not self._warned_missing:
             self._warned_missing = True
             names = list(metrics or {})
@@ -149,7 +149,7 @@ class OptunaPruningHook(Hook):
         return optuna.Trial(study, trial_id)
 
     @staticmethod
-    def _write_marker(runner: Any, step: int, value: float) -> None:
+    def _write_marker(runner: RunnerView, step: int, value: float) -> None:
         path = os.path.join(runner.work_dir, PRUNED_MARKER)
         tmp = f"{path}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:

@@ -7,7 +7,7 @@ from typing import Any
 
 from libai.registry import HOOKS
 
-from .hook import Hook
+from .hook import Hook, RunnerView
 
 __all__ = ["ParamSchedulerHook"]
 
@@ -44,20 +44,20 @@ class ParamSchedulerHook(Hook):
         self._training = False
 
     @staticmethod
-    def _schedulers(runner: Any) -> list[Any]:
-        return list(getattr(runner, "param_schedulers", None) or [])
+    def _schedulers(runner: RunnerView) -> list[Any]:
+        return list(runner.param_schedulers or [])
 
-    def before_train(self, runner: Any) -> None:
+    def before_train(self, runner: RunnerView) -> None:
         self._training = True
         if self._schedulers(runner):
             self._apply = _resolve_apply()
         else:  # a constant schedule: nothing to do per iteration (the runner's schedulers
             self.disable_stage("before_train_iter")  # are built once, so for good)
 
-    def after_train(self, runner: Any) -> None:
+    def after_train(self, runner: RunnerView) -> None:
         self._training = False
 
-    def before_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
+    def before_train_iter(self, runner: RunnerView, batch_idx: int, data_batch: Any = None) -> None:
         schedulers = runner.param_schedulers
         if not schedulers:
             return
@@ -65,7 +65,7 @@ class ParamSchedulerHook(Hook):
             self._apply = _resolve_apply()
         self._apply(runner.optim_wrapper.optimizer, schedulers, runner.iter)
 
-    def after_val(self, runner: Any, metrics: Mapping[str, float] | None = None) -> None:
+    def after_val(self, runner: RunnerView, metrics: Mapping[str, float] | None = None) -> None:
         if not self._training or not metrics:
             return
         for scheduler in self._schedulers(runner):

@@ -43,7 +43,7 @@ from libai.registry import HOOKS
 from libai.utils.errors import ConfigError
 from libai.utils.suggest import did_you_mean
 
-from .hook import Hook
+from .hook import Hook, RunnerView
 
 __all__ = ["ProfilerHook"]
 
@@ -187,7 +187,7 @@ class ProfilerHook(Hook):
         return (self.wait + self.warmup + self.active) * self.repeat
 
     # ------------------------------------------------------------------------ stages
-    def before_train(self, runner: Any) -> None:
+    def before_train(self, runner: RunnerView) -> None:
         if self._done:
             return
         if runner.rank != 0 and not self.all_ranks:
@@ -200,13 +200,13 @@ class ProfilerHook(Hook):
                 f"{self.begin}: the profiler's schedule starts there."
             )
 
-    def before_train_iter(self, runner: Any, batch_idx: int = 0, data_batch: Any = None) -> None:
+    def before_train_iter(self, runner: RunnerView, batch_idx: int = 0, data_batch: Any = None) -> None:
         if self._prof is None and not self._done and runner.iter >= self._start:
             self._open(runner)
             self.disable_stage("before_train_iter")  # nothing more to do here
 
     def after_train_iter(
-        self, runner: Any, batch_idx: int = 0, data_batch: Any = None, outputs: Any = None
+        self, runner: RunnerView, batch_idx: int = 0, data_batch: Any = None, outputs: Any = None
     ) -> None:
         prof = self._prof
         if prof is None:
@@ -223,7 +223,7 @@ class ProfilerHook(Hook):
         if self._steps >= self.window:
             self._close(runner)
 
-    def after_train(self, runner: Any) -> None:
+    def after_train(self, runner: RunnerView) -> None:
         if self._stack is None and not self._done:  # the window never began
             self._retire()
             runner.logger.warning(
@@ -233,11 +233,11 @@ class ProfilerHook(Hook):
             return
         self._close(runner, early=True)
 
-    def after_run(self, runner: Any) -> None:
+    def after_run(self, runner: RunnerView) -> None:
         self._close(runner, early=True)  # training ended by an exception: never leave it running
 
     # ----------------------------------------------------------------------- helpers
-    def _open(self, runner: Any) -> None:
+    def _open(self, runner: RunnerView) -> None:
         from torch.profiler import ProfilerActivity, profile, schedule
 
         names = self.activities
@@ -267,7 +267,7 @@ class ProfilerHook(Hook):
             f"{self.repeat}): recording {', '.join(spans)}."
         )
 
-    def _close(self, runner: Any, early: bool = False) -> None:
+    def _close(self, runner: RunnerView, early: bool = False) -> None:
         """Stop the profiler (a partly recorded cycle is still written) and retire the hook."""
         if self._stack is None:
             return
@@ -292,7 +292,7 @@ class ProfilerHook(Hook):
             if self.uses_stage(stage):
                 self.disable_stage(stage)
 
-    def _trace_ready(self, runner: Any, prof: Any) -> None:
+    def _trace_ready(self, runner: RunnerView, prof: Any) -> None:
         """``on_trace_ready``: write the cycle's trace files and its operator table."""
         if not self._recorded:
             return

@@ -7,7 +7,7 @@ from typing import Any
 
 from libai.registry import HOOKS
 
-from .hook import Hook
+from .hook import Hook, RunnerView
 
 __all__ = ["RuntimeInfoHook"]
 
@@ -28,32 +28,32 @@ class RuntimeInfoHook(Hook):
     priority = "VERY_HIGH"
 
     @staticmethod
-    def _update_position(runner: Any) -> None:
+    def _update_position(runner: RunnerView) -> None:
         runner.message_hub.update_info("epoch", runner.epoch)
 
-    def before_run(self, runner: Any) -> None:
+    def before_run(self, runner: RunnerView) -> None:
         # not max_iters here: a test-only run has no train loop to ask
         self._update_position(runner)
 
-    def before_train(self, runner: Any) -> None:
+    def before_train(self, runner: RunnerView) -> None:
         self._update_position(runner)  # after a resume
         runner.message_hub.update_info("max_iters", runner.max_iters)
         runner.message_hub.update_info("max_epochs", runner.max_epochs)
 
-    def before_train_epoch(self, runner: Any) -> None:
+    def before_train_epoch(self, runner: RunnerView) -> None:
         runner.message_hub.update_info("epoch", runner.epoch)
 
-    def after_train(self, runner: Any) -> None:
+    def after_train(self, runner: RunnerView) -> None:
         self._update_position(runner)
 
-    def after_val_epoch(self, runner: Any, metrics: Mapping[str, Any] | None = None) -> None:
+    def after_val_epoch(self, runner: RunnerView, metrics: Mapping[str, Any] | None = None) -> None:
         self._store(runner, metrics)
 
-    def after_test_epoch(self, runner: Any, metrics: Mapping[str, Any] | None = None) -> None:
+    def after_test_epoch(self, runner: RunnerView, metrics: Mapping[str, Any] | None = None) -> None:
         self._store(runner, metrics)
 
     @staticmethod
-    def _store(runner: Any, metrics: Mapping[str, Any] | None) -> None:
+    def _store(runner: RunnerView, metrics: Mapping[str, Any] | None) -> None:
         for name, value in (metrics or {}).items():
             try:
                 value = float(value)

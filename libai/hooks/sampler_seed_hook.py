@@ -6,7 +6,7 @@ from typing import Any
 
 from libai.registry import HOOKS
 
-from .hook import Hook
+from .hook import Hook, RunnerView
 
 __all__ = ["DistSamplerSeedHook"]
 
@@ -22,10 +22,8 @@ class DistSamplerSeedHook(Hook):
 
     priority = "NORMAL"
 
-    def before_train_epoch(self, runner: Any) -> None:
-        loader = getattr(runner, "train_dataloader", None)
-        if loader is None:
-            return
+    def before_train_epoch(self, runner: RunnerView) -> None:
+        loader = runner.train_loop.dataloader
         seen: list[Any] = []
         batch_sampler = getattr(loader, "batch_sampler", None)
         for sampler in (getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None)):

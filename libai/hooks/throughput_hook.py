@@ -13,9 +13,7 @@ import torch
 from libai.registry import HOOKS
 from libai.utils.errors import ConfigError
 
-from .hook import Hook
-from .iter_timer_hook import IterTimerHook
-from .logger_hook import LoggerHook
+from .hook import Hook, RunnerView
 
 __all__ = [
     "PEAK_TFLOPS",
@@ -100,7 +98,7 @@ def batch_reader(batch: Any) -> Callable[[Any], tuple[int, int]] | None:
     return None
 
 
-def _is_graph_mode(runner: Any) -> bool:
+def _is_graph_mode(runner: RunnerView) -> bool:
     """The step runs compiled (GraphModule, torch.compile): FlopCounterMode would make dynamo
     run the first step eagerly (a different step) and GraphModule adds an eager reference pass,
     so the count would be wrong either way."""
@@ -188,7 +186,7 @@ class ThroughputHook(Hook):
         self._tokens = 0
 
     # ------------------------------------------------------------------------ lifecycle
-    def before_train(self, runner: Any) -> None:
+    def before_train(self, runner: RunnerView) -> None:
         self._reset()
         if self.summary and runner.rank == 0 and runner.logger.isEnabledFor(logging.INFO):
             from libai.model.summary import format_summary, summarize_model
@@ -203,21 +201,19 @@ class ThroughputHook(Hook):
                 "so the log lines show no TFLOP/s or MFU.")
         self._armed = count
         if not count:
-            self._drop_stage(runner, "before_train_iter")
-        logger = next((h for h in runner.hooks if isinstance(h, LoggerHook)), None)
-        timed = any(isinstance(h, IterTimerHook) for h in runner.hooks)
-        if not self.throughput or logger is None or not timed:
+            self.disable_stage("before_train_iter")
+        writer = runner.writer  # the LoggerHook: its interval is the one of the log lines
+        if not self.throughput or writer is None:
             self._interval = 0
             if not count:
-                self._drop_stage(runner, "after_train_iter")  # nothing left per iteration
+                self.disable_stage("after_train_iter")  # nothing left per iteration
             return
-        self._interval = logger.interval
+        self._interval = writer.interval
         self._by_epoch = runner.max_epochs is not None
-        self._per_epoch = getattr(runner.train_loop, "iters_per_epoch", None)
+        self._per_epoch = runner.train_loop.iters_per_epoch
         # where this run stops (fewer iterations under fast_dev_run): LoggerHook logs the rest
         # of that interval at after_train, with what was added at the last iteration
-        limit = getattr(runner, "limit_iters", None)
-        self._max_iters = limit(runner.max_iters) if callable(limit) else runner.max_iters
+        self._max_iters = runner.limit_iters(runner.max_iters)
         if self.peak_tflops is not None:
             self._peak = self.peak_tflops
         else:
@@ -225,14 +221,14 @@ class ThroughputHook(Hook):
                 p.dtype in _HALF for p in runner.unwrapped_model.parameters())
             self._peak = device_peak_tflops(runner.device, half)
 
-    def after_run(self, runner: Any) -> None:
+    def after_run(self, runner: RunnerView) -> None:
         self._stop_counting()  # the first step raised: never leave the mode on
 
     # ---------------------------------------------------------------------------- train
-    def before_train_iter(self, runner: Any, batch_idx: int, data_batch: Any = None) -> None:
+    def before_train_iter(self, runner: RunnerView, batch_idx: int, data_batch: Any = None) -> None:
         # the first step only: counted inside the mode, entered last before the step runs
         # (this hook's priority) and left in after_train_iter
-        self._drop_stage(runner, "before_train_iter")
+        self.disable_stage("before_train_iter")  # in effect from the next iteration
         if not self._armed:
             return
         self._armed = False
@@ -241,23 +237,6 @@ class ThroughputHook(Hook):
         self._counter = FlopCounterMode(display=False)
         self._counter.__enter__()
 
-    def _drop_stage(self, runner: Any, stage: str) -> None:
-        """``disable_stage``, in effect from the next iteration: the loops call the
-        per-iteration stages from ``runner.stage_methods``, which the runner re-indexes only
-        after its next ``call_hook``; until then this hook's method is taken out of it here."""
-        if not self.uses_stage(stage):
-            return
-        self.disable_stage(stage)
-        methods = getattr(runner, "stage_methods", None)
-        if isinstance(methods, dict) and stage in methods:
-            kept = tuple(m for m in methods[stage] if getattr(m, "__self__", None) is not self)
-            methods = dict(methods)
-            if kept:
-                methods[stage] = kept
-            else:
-                del methods[stage]
-            runner.stage_methods = methods
-
     def _stop_counting(self) -> int | None:
         counter, self._counter = self._counter, None
         if counter is None:
@@ -265,7 +244,7 @@ class ThroughputHook(Hook):
         counter.__exit__(None, None, None)
         return counter.get_total_flops()
 
-    def _first_step_done(self, runner: Any, data_batch: Any) -> None:
+    def _first_step_done(self, runner: RunnerView, data_batch: Any) -> None:
         flops = self._stop_counting()
         if flops is None:
             return
@@ -290,12 +269,12 @@ class ThroughputHook(Hook):
             + (f"; device peak {self._peak:g} TFLOP/s" if self._peak else ""))
 
     def after_train_iter(
-        self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
+        self, runner: RunnerView, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
         if self._counter is not None:
             self._first_step_done(runner, data_batch)
             if not self._interval:
-                self._drop_stage(runner, "after_train_iter")
+                self.disable_stage("after_train_iter")
                 return
         n = self._n
         if not n:  # a new interval: the iterations until LoggerHook's line is due
@@ -327,7 +306,7 @@ class ThroughputHook(Hook):
             n = self._interval - it % self._interval
         return max(1, min(n, self._max_iters - it))
 
-    def _emit(self, runner: Any, outputs: Any) -> None:
+    def _emit(self, runner: RunnerView, outputs: Any) -> None:
         n, samples, tokens = self._n, self._samples, self._tokens
         self._reset()
         hub = runner.message_hub

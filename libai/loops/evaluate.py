@@ -11,7 +11,7 @@ from libai.registry import LOOPS
 from libai.utils.dist import all_reduce_max, all_reduce_mean
 from libai.utils.signals import StopRequested
 
-from .base import BaseLoop
+from .base import BaseLoop, LoopRunner
 
 __all__ = ["ValLoop", "TestLoop", "metric_names_of"]
 
@@ -27,7 +27,7 @@ class _EvalLoop(BaseLoop):
 
     stage = "val"
 
-    def __init__(self, runner: Any, dataloader: Any, evaluator: Any) -> None:
+    def __init__(self, runner: LoopRunner, dataloader: Any, evaluator: Any) -> None:
         super().__init__(runner, dataloader)
         if isinstance(dataloader, dict):
             evals = evaluator if isinstance(evaluator, dict) else dict.fromkeys(dataloader, evaluator)
@@ -57,7 +57,7 @@ class _EvalLoop(BaseLoop):
         own = len(loader)
         most = all_reduce_max(own)
         limit = runner.limit_batches(most)
-        stop = getattr(runner, "stop_request", None)  # set while training, polled per batch
+        stop = runner.stop_request  # set while training, polled per batch
         batches, last = iter(loader), None
         with torch.no_grad():
             for idx in range(limit):

@@ -10,7 +10,7 @@ from libai.registry import LOOPS
 from libai.utils.errors import ConfigError
 from libai.utils.signals import StopRequested
 
-from .base import BaseLoop
+from .base import BaseLoop, LoopRunner
 
 __all__ = ["IterBasedTrainLoop", "EpochBasedTrainLoop"]
 
@@ -24,7 +24,7 @@ def _positive(name: str, value: Any) -> int:
 class _TrainLoop(BaseLoop):
     """Position bookkeeping and the single-iteration step shared by both training loops."""
 
-    def __init__(self, runner: Any, dataloader: Any, val_interval: int, val_begin: int) -> None:
+    def __init__(self, runner: LoopRunner, dataloader: Any, val_interval: int, val_begin: int) -> None:
         super().__init__(runner, dataloader)
         self.val_interval = _positive("val_interval", val_interval)
         self.val_begin = val_begin
@@ -129,7 +129,7 @@ class IterBasedTrainLoop(_TrainLoop):
         val_begin: First iteration after which validation may run. Defaults to 1.
     """
 
-    def __init__(self, runner: Any, dataloader: Any, max_iters: int, val_interval: int = 1000,
+    def __init__(self, runner: LoopRunner, dataloader: Any, max_iters: int, val_interval: int = 1000,
                  val_begin: int = 1) -> None:
         super().__init__(runner, dataloader, val_interval, val_begin)
         self.max_iters = _positive("max_iters", max_iters)
@@ -150,7 +150,7 @@ class IterBasedTrainLoop(_TrainLoop):
         runner.model.train()  # the eval loops restore the mode they found
         self._hold_step()
         val_loop = runner.val_loop  # looked up once: this loop runs every iteration
-        stop, self.start_iter = getattr(runner, "stop_request", None), self.iter
+        stop, self.start_iter = runner.stop_request, self.iter
         if self._val_pending and val_loop is not None:  # a signal stopped it last time
             self._validate(val_loop, stop)
         if self._data_iter is None and self.iter < stop_at:
@@ -188,7 +188,7 @@ class EpochBasedTrainLoop(_TrainLoop):
         val_begin: First epoch after which validation may run. Defaults to 1.
     """
 
-    def __init__(self, runner: Any, dataloader: Any, max_epochs: int, val_interval: int = 1,
+    def __init__(self, runner: LoopRunner, dataloader: Any, max_epochs: int, val_interval: int = 1,
                  val_begin: int = 1) -> None:
         super().__init__(runner, dataloader, val_interval, val_begin)
         self.max_epochs = _positive("max_epochs", max_epochs)
@@ -199,7 +199,7 @@ class EpochBasedTrainLoop(_TrainLoop):
         stop_at = runner.limit_iters(self.max_iters)
         runner.call_hook("before_train")
         self._hold_step()
-        stop, self.start_iter = getattr(runner, "stop_request", None), self.iter
+        stop, self.start_iter = runner.stop_request, self.iter
         if self._val_pending and runner.val_loop is not None:  # a signal stopped it last time
             self._validate(runner.val_loop, stop)
         while self.epoch < self.max_epochs and self.iter < stop_at and not runner.should_stop:

@@ -1,7 +1,9 @@
-"""Process environment for a run: distributed init, device, seeds, work dir, environment summary."""
+"""Process environment for a run: distributed init, device, seeds, work dir, logger, the saved
+config, and the summaries at the top of the log."""
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import random
@@ -16,7 +18,17 @@ from libai.utils import dist
 from libai.utils.errors import ConfigError
 from libai.utils.suggest import did_you_mean
 
-__all__ = ["init_distributed", "select_device", "seed_everything", "make_run_dir", "env_summary"]
+__all__ = [
+    "init_distributed",
+    "select_device",
+    "seed_everything",
+    "make_run_dir",
+    "make_logger",
+    "dump_config",
+    "config_name",
+    "env_summary",
+    "derived_summary",
+]
 
 
 def init_distributed(env_cfg: dict) -> None:
@@ -108,3 +120,48 @@ def env_summary(device: torch.device, seed: int, extra: dict[str, Any] | None = 
     lines.update(extra or {})
     width = max(map(len, lines))
     return "Environment:\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in lines.items())
+
+
+def make_logger(cfg: Any, log_dir: str, timestamp: str, rank: int) -> logging.Logger:
+    """The run's logger: the console, and ``log_dir/<timestamp>.log`` on rank 0."""
+    from libai.utils.logging import get_logger
+
+    log_file = os.path.join(log_dir, f"{timestamp}.log") if dist.is_main_process() else None
+    return get_logger("libai", log_file=log_file, level=cfg.get("log_level") or "INFO", rank=rank)
+
+
+def dump_config(cfg: Any, path: str, logger: logging.Logger) -> str:
+    """Save the validated config to ``path``; return its text (checkpoints carry it: formatting
+    it again is slow). Helper variables ('_x') are already folded into values."""
+    from libai.config import Config
+    from libai.utils.errors import ConfigError as _ConfigError
+
+    keep = Config({k: v for k, v in cfg.to_dict().items() if not str(k).startswith("_")},
+                  filename=cfg.filename)
+    try:
+        keep.dump(path)
+    except _ConfigError as e:  # objects given in place of dicts (a model instance, a hook)
+        logger.warning(f"The saved config cannot be re-run as is: {e}")
+        with open(path, "w") as f:
+            f.write(f"# Not loadable as is: {e}\n{keep.pretty_text}")
+    with open(path) as f:
+        return f.read()
+
+
+def config_name(cfg: Any) -> str:
+    """The experiment name a config gets by default: its file name without the extension."""
+    name = getattr(cfg, "filename", None)
+    return os.path.splitext(os.path.basename(name))[0] if name else "experiment"
+
+
+def derived_summary(loop: Any, optim_wrapper: Any, data_parallel: Any) -> str:
+    """Values derived from the config (logged, never written back into it): iterations per
+    epoch, the last iteration, the effective batch size."""
+    acc = getattr(optim_wrapper, "accumulative_counts", 1)
+    batch = getattr(loop.dataloader, "batch_size", None) or 0
+    shares = data_parallel.size
+    who = (f"{shares} data-parallel rank(s)" if data_parallel.replicas > 1
+           else f"{shares} process(es)")
+    return (f"Derived: iterations per epoch {loop.iters_per_epoch}, max iterations {loop.max_iters}"
+            + (f", max epochs {loop.max_epochs}" if loop.max_epochs else "")
+            + f", effective batch size {batch} x {who} x {acc} accumulation = {batch * shares * acc}")

@@ -45,26 +45,13 @@ def stop_on_signal(runner: Any, signum: int, val_interrupted: bool = False) -> N
         path, note = None, ("nothing trained since this run started, nothing to save; --resume "
                             "starts where this run did")
     else:
-        path = _save(runner, force=val_interrupted)
+        path = runner.checkpointer.save_at_stop(loop.iter, force=val_interrupted)
         note = f"checkpoint {path}" + (" (the interrupted validation reruns on resume)"
                                       if val_interrupted else "")
     message = (f"Stopped by {name} at {where}: {note}. Continue with: {_resume_command(runner)}"
                f" (exit status {128 + signum}).")
     runner.logger.warning(message)
     raise Preempted(signum, message)
-
-
-def _save(runner: Any, force: bool) -> str:
-    """Save through the CheckpointHook (its rotation then covers the file) or, without one,
-    through the runner; return once the file and the latest pointer are complete."""
-    from libai.hooks import CheckpointHook
-
-    hook = next((h for h in runner.hooks if isinstance(h, CheckpointHook)), None)
-    if hook is not None:
-        path = hook.save_now(runner, force=force)
-    else:  # checkpoints are off in the config: the one at the stop is written all the same
-        path = runner.save_checkpoint(f"iter_{runner.iter}.pth")
-    return os.path.abspath(path)
 
 
 def _resume_command(runner: Any) -> str:
@@ -74,6 +61,6 @@ def _resume_command(runner: Any) -> str:
         return f"the same code with resume=True (work dir {runner.work_dir})"
     if "--resume" not in argv:
         argv.append("--resume")
-    head = ["torchrun", "--nproc_per_node", str(dist.get_world_size())] if runner.world_size > 1 \
+    head = ["torchrun", "--nproc_per_node", str(dist.get_world_size())] if dist.get_world_size() > 1 \
         else ["python"]
     return shlex.join(head + argv)

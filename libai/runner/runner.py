@@ -1,13 +1,15 @@
-"""The Runner: builds the parts of a run from a config and drives train / val / test.
+"""The Runner: assembles the parts of a run from a config and drives train / val / test.
 
 What it assumes: a config with the keys in ``build.TOP_LEVEL_KEYS``; a model following the contract
-in docs/design.md. Escape hatches: a custom loop (``train_cfg=dict(type='MyLoop')``), a custom
-``train_step`` on the model, hooks for side work, or your own loop calling the parts directly.
+in ``libai/model/contract.py``. Escape hatches: a custom loop (``train_cfg=dict(type='MyLoop')``), a
+custom ``train_step`` on the model, hooks for side work, or your own loop calling the parts directly.
+
+What hooks and loops may use of it is declared in :class:`libai.hooks.hook.RunnerView` and
+:class:`libai.loops.base.LoopRunner`; the checkpoints are :class:`libai.checkpoint.Checkpointer`'s.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable
 from functools import partial
@@ -15,18 +17,18 @@ from typing import Any
 
 from torch import nn
 
-from libai.hooks.hook import STAGES, Hook, get_priority
+from libai.checkpoint.checkpointer import Checkpointer, HookStates, StateList
+from libai.hooks.hook import Hook, StageIndex, get_priority
 from libai.model import compile_model, make_train_step
 from libai.model import test_step as default_eval_step
 from libai.model.graph import GraphModule
 from libai.parallel import find_blocks, in_loss_parallel, parse_parallel
 from libai.registry import RUNNERS
 from libai.utils import dist
-from libai.utils.errors import CheckpointError, ConfigError, TrainingError
+from libai.utils.errors import ConfigError, TrainingError
 from libai.utils.message_hub import MessageHub
 
 from . import build, env, imports, preemption
-from .checkpointing import CheckpointMixin
 from .distribute import build_model, distribute_model
 from .preflight import check_model_type, check_watched_metrics, preflight
 
@@ -34,7 +36,7 @@ __all__ = ["Runner"]
 
 
 @RUNNERS.register_module()
-class Runner(CheckpointMixin):
+class Runner:
     """Builds everything from ``cfg`` (lazily: a test-only run never builds the optimizer).
 
     Args:
@@ -45,6 +47,7 @@ class Runner(CheckpointMixin):
 
     def __init__(self, cfg: Any, fast_dev_run: int = 0) -> None:
         from libai.config import Config
+        from libai.hooks import CheckpointHook, LoggerHook
 
         cfg = cfg if isinstance(cfg, Config) else Config(dict(cfg))
         build.validate_top_level(cfg)
@@ -72,25 +75,31 @@ class Runner(CheckpointMixin):
         self.work_dir = os.path.abspath(cfg.get("work_dir") or "work_dirs/default")
         # a dry run's folder is a temporary one: it leaves the work dir as it was
         self.timestamp, self.log_dir = env.make_run_dir(self.work_dir, dry_run=self.fast_dev_run > 0)
-        self.series_dir = self.log_dir  # where training scalars go; resume() may change it
-        self.experiment_name = cfg.get("experiment_name") or _config_name(cfg)
-        self.logger = self._make_logger()
+        self.experiment_name = cfg.get("experiment_name") or env.config_name(cfg)
+        self.logger = env.make_logger(cfg, self.log_dir, self.timestamp, self.rank)
         where = (f"{self.log_dir} (temporary: a --fast-dev-run writes nothing into {self.work_dir})"
                  if self.fast_dev_run else self.log_dir)
         self.logger.info(env.env_summary(self.device, self.seed, {"work dir": where}))
+        config_text = None
         if dist.is_main_process():
-            self._dump_config(os.path.join(self.log_dir, "config.py"))
+            config_text = env.dump_config(cfg, os.path.join(self.log_dir, "config.py"), self.logger)
 
         self.unwrapped_model = build_model(cfg, self.parallel, self.device,
                                            same_seed=not self._diff_rank_seed)
         self.model = self._wrap(self.unwrapped_model)
         self.hooks = build.build_hooks(self._default_hooks(), cfg.get("default_hooks"), cfg.get("custom_hooks"))
         if self.fast_dev_run:  # a dry run saves nothing
-            from libai.hooks import CheckpointHook
-
             self.hooks = [h for h in self.hooks if not isinstance(h, CheckpointHook)]
         self._index_hooks()
-        self.logger.info(self.hook_order_text())
+        self.logger.info(self.stage_index.order_text())
+        # the shared services hooks use, assembled here and nowhere else
+        self.writer = next((h for h in self.hooks if isinstance(h, LoggerHook)), None)
+        self.checkpointer = Checkpointer(
+            self.work_dir, self.model, self.unwrapped_model, cfg=cfg, logger=self.logger,
+            call_hook=self.call_hook, meta={"seed": self.seed, "experiment_name": self.experiment_name},
+            series_dir=self.log_dir, config_text=config_text, dry_run=self.fast_dev_run > 0)
+        self.checkpointer.schedule = next((h for h in self.hooks if isinstance(h, CheckpointHook)), None)
+        self.checkpointer.track(message_hub=self.message_hub, hooks=HookStates(lambda: self.hooks))
         self._optim_wrapper = None
         self._param_schedulers = None
         self._train_step = self._eval_step = None
@@ -102,30 +111,16 @@ class Runner(CheckpointMixin):
         """Build a runner from a Config or dict (see the class docstring)."""
         return cls(cfg, **kwargs)
 
-    # ------------------------------------------------------------------ set-up helpers
-    def _make_logger(self) -> logging.Logger:
-        from libai.utils.logging import get_logger
-
-        log_file = os.path.join(self.log_dir, f"{self.timestamp}.log") if dist.is_main_process() else None
-        return get_logger("libai", log_file=log_file, level=self.cfg.get("log_level") or "INFO", rank=self.rank)
-
-    def _dump_config(self, path: str) -> None:
-        """Save the validated config; helper variables ('_x') are already folded into values."""
-        from libai.config import Config
-
-        keep = Config({k: v for k, v in self.cfg.to_dict().items() if not str(k).startswith("_")},
-                      filename=self.cfg.filename)
-        try:
-            keep.dump(path)
-        except ConfigError as e:  # objects given in place of dicts (a model instance, a hook)
-            self.logger.warning(f"The saved config cannot be re-run as is: {e}")
-            with open(path, "w") as f:
-                f.write(f"# Not loadable as is: {e}\n{keep.pretty_text}")
-        with open(path) as f:
-            self._config_text = f.read()  # checkpoints carry it: formatting it again is slow
+    @property
+    def series_dir(self) -> str:
+        """The run folder training writes its scalars to: this run's, or after a resume the one
+        of the checkpoint's series."""
+        return self.checkpointer.series_dir
 
     def _wrap(self, model: nn.Module) -> nn.Module:
-        graph = build.graph_mode(self.cfg)
+        from libai.model.graph import graph_options
+
+        graph = graph_options(self.cfg)  # graph mode decides whether the config asks for it
         model = distribute_model(self.cfg, model, self.parallel, self.device, self.logger)
         if graph is not None:  # a sharded model is compiled block by block, as torch advises
             blocks = find_blocks(model, self.parallel.blocks) if dist.is_sharded(model) else None
@@ -136,14 +131,6 @@ class Runner(CheckpointMixin):
         from libai.hooks import DEFAULT_HOOKS
 
         return {k: dict(v) for k, v in DEFAULT_HOOKS.items()}
-
-    def hook_order_text(self) -> str:
-        """The hooks called at each stage, in order (printed at start-up)."""
-        lines = ["Hooks, in call order per stage:"]
-        for stage, hooks in self._stage_hooks.items():
-            names = ", ".join(f"{type(h).__name__}({h.priority})" for h in hooks)
-            lines.append(f"  {stage:<24} {names}")
-        return "\n".join(lines)
 
     # ------------------------------------------------------------------------- parts
     @property
@@ -197,7 +184,7 @@ class Runner(CheckpointMixin):
             self._optim_wrapper = build_optim_wrapper(self.unwrapped_model, self.cfg.optim_wrapper)
             if isinstance(self.model, GraphModule) and hasattr(self._optim_wrapper, "bind_model"):
                 self._optim_wrapper.bind_model(self.model, self.data_parallel)
-            if "after_backward" in self._stage_hooks:
+            if "after_backward" in self.stage_index.methods:
                 self._optim_wrapper.register_after_backward(lambda: self.call_hook("after_backward"))
         return self._optim_wrapper
 
@@ -218,7 +205,7 @@ class Runner(CheckpointMixin):
     @property
     def iter(self) -> int:
         """Iterations done; without training, those of the checkpoint ``load_from`` loaded."""
-        return self._train_loop.iter if self._train_loop is not None else self._loaded_iter
+        return self._train_loop.iter if self._train_loop is not None else self.checkpointer.loaded_iter
 
     @property
     def epoch(self) -> int:
@@ -270,12 +257,16 @@ class Runner(CheckpointMixin):
             self._eval_step = own or partial(default_eval_step, self.unwrapped_model, device=self.device)
         return self._eval_step(data, forward=self.model)
 
+    # ------------------------------------------------------------------------- hooks
+    @property
+    def stage_methods(self) -> dict[str, tuple]:
+        """``{stage: bound hook methods}``: the loops call the per-iteration stages from it."""
+        return self.stage_index.methods
+
     def call_hook(self, stage: str, **kwargs: Any) -> None:
         """Call ``stage`` on every hook that overrides it, in priority order."""
-        for method in self.stage_methods.get(stage, ()):
+        for method in self.stage_index.methods.get(stage, ()):
             method(self, **kwargs)
-        if self._hook_generation != Hook.stage_generation:  # a hook disabled a stage
-            self._index_hooks()
 
     def register_hook(self, hook: Any, priority: int | str | None = None) -> None:
         """Add a built hook (before ``train``/``val``/``test``), placed by its priority after the
@@ -288,17 +279,7 @@ class Runner(CheckpointMixin):
         self._index_hooks()
 
     def _index_hooks(self) -> None:
-        """Per stage, the hooks that act at it and their bound methods, in priority order.
-
-        A stage no hook uses costs nothing per iteration; methods are looked up once, here.
-        ``stage_methods`` is public for the loops: on the per-iteration stages they call its
-        methods directly (``call_hook`` without the call), reading the dict afresh each time.
-        """
-        self._hook_generation = Hook.stage_generation
-        self._stage_hooks = {stage: [h for h in self.hooks if h.uses_stage(stage)] for stage in STAGES}
-        self._stage_hooks = {stage: used for stage, used in self._stage_hooks.items() if used}
-        self.stage_methods = {stage: tuple(getattr(h, stage) for h in used)
-                               for stage, used in self._stage_hooks.items()}
+        self.stage_index = StageIndex(self.hooks)
 
     # ------------------------------------------------------------------- entry points
     def train(self) -> nn.Module:
@@ -331,22 +312,24 @@ class Runner(CheckpointMixin):
     def _train(self) -> nn.Module:
         self.optim_wrapper  # noqa: B018 - first: a bad optimizer setting fails before the data loads
         loop = self.train_loop
-        self.param_schedulers  # noqa: B018 - build before resume so their state can load
-        self._log_derived(loop)
+        self.checkpointer.track(loop=loop, optimizer=self.optim_wrapper,  # before resume loads them
+                                param_schedulers=StateList(self.param_schedulers))
+        self.logger.info(env.derived_summary(loop, self.optim_wrapper, self.data_parallel))
+        self.logger.info(f"Optimizer: {self.optim_wrapper!r}")
         self.call_hook("before_run")
         try:
-            self._load_or_resume()
+            self.checkpointer.restore()
             check_watched_metrics(self)
             self.optim_wrapper.initialize_count_status(self.model, loop.iter, loop.max_iters)
             loop.run()
-            self.wait_for_checkpoints()
+            self.checkpointer.wait()
         finally:
             if isinstance(self.model, GraphModule) and self.model.train_calls:
                 self.logger.info(self.model.report(final=True))
             try:
                 self.call_hook("after_run")
             finally:
-                self._join_saver()
+                self.checkpointer.close()
         return self.unwrapped_model
 
     def val(self) -> dict[str, float]:
@@ -363,36 +346,7 @@ class Runner(CheckpointMixin):
             raise ConfigError(f"{stage}() needs '{stage}_dataloader' and '{stage}_evaluator' in the config.")
         self.call_hook("before_run")
         try:
-            self._load_or_resume(weights_only=True)
+            self.checkpointer.restore(weights_only=True)
             return loop.run()
         finally:
             self.call_hook("after_run")
-
-    def _join_saver(self) -> None:
-        """Never leave a checkpoint writer thread behind (on any exit, Ctrl-C included)."""
-        try:
-            self.wait_for_checkpoints()
-        except CheckpointError as e:  # reported here if training ended by another error
-            self.logger.error(str(e))
-
-    def _log_derived(self, loop: Any) -> None:
-        """Values derived from the config: logged, never written back into it."""
-        loader = loop.dataloader
-        acc = getattr(self.optim_wrapper, "accumulative_counts", 1)
-        batch = getattr(loader, "batch_size", None) or 0
-        shares = self.data_parallel.size
-        who = (f"{shares} data-parallel rank(s)" if self.data_parallel.replicas > 1
-               else f"{shares} process(es)")
-        self.logger.info(
-            f"Derived: iterations per epoch {loop.iters_per_epoch}, max iterations {loop.max_iters}"
-            + (f", max epochs {loop.max_epochs}" if loop.max_epochs else "")
-            + f", effective batch size {batch} x {who} x {acc} accumulation = {batch * shares * acc}"
-        )
-        self.logger.info(f"Optimizer: {self.optim_wrapper!r}")
-
-
-def _config_name(cfg: Any) -> str:
-    name = getattr(cfg, "filename", None)
-    return os.path.splitext(os.path.basename(name))[0] if name else "experiment"
-
-

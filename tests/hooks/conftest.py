@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from libai.hooks.hook import Hook, get_priority
+from libai.utils.dist import DataParallel
 from libai.utils.message_hub import MessageHub
 
 
@@ -69,8 +70,52 @@ class FakeSampler:
         self.epochs.append(epoch)
 
 
+class FakeCheckpointer:
+    """Like the runner's Checkpointer: hook states in, file + manifest written, latest pointer
+    moved (unless ``latest`` is False); records what it saved on the runner."""
+
+    def __init__(self, runner: FakeRunner) -> None:
+        self.runner = runner
+        self.work_dir, self.logger, self.rank = runner.work_dir, runner.logger, runner.rank
+        self.series_dir = runner.log_dir  # a fresh run's series is in its own run folder
+
+    @property
+    def schedule(self) -> Any:
+        from libai.hooks import CheckpointHook
+
+        return next((h for h in self.runner.hooks if isinstance(h, CheckpointHook)), None)
+
+    def wait(self) -> None:
+        pass
+
+    def best(self) -> dict | None:
+        from libai.checkpoint.checkpointer import Checkpointer
+
+        return Checkpointer.best(self)  # type: ignore[arg-type]
+
+    def save(self, filename: str, meta: dict | None = None,
+             asynchronous: bool = False, latest: bool = True) -> str:
+        runner = self.runner
+        path = os.path.join(self.work_dir, filename)
+        state = {
+            "iter": runner.iter,
+            "hooks": {h.state_key: h.state_dict() for h in runner.hooks if h.is_stateful()},
+        }
+        runner.call_hook("before_save_checkpoint", checkpoint=state)
+        torch.save(state, path)
+        with open(path + ".manifest.json", "w") as f:
+            f.write("{}")
+        if latest:
+            with open(os.path.join(self.work_dir, "latest_checkpoint"), "w") as f:
+                f.write(filename + "\n")
+        runner.saved.append(filename)
+        runner.checkpoints[filename] = state
+        return path
+
+
 class FakeRunner:
-    """Enough of a runner for hooks: state attributes, call_hook and save_checkpoint."""
+    """Enough of a runner for hooks (libai.hooks.hook.RunnerView): state attributes, call_hook,
+    the writer and a checkpointer."""
 
     def __init__(
         self,
@@ -86,7 +131,6 @@ class FakeRunner:
         self.work_dir = str(tmp_path)
         self.log_dir = os.path.join(self.work_dir, "20240101_000000")
         os.makedirs(self.log_dir, exist_ok=True)
-        self.series_dir = self.log_dir  # a fresh run's series is in its own run folder
         self.log_handler = ListHandler()
         self.logger = logging.getLogger(f"test.{uuid.uuid4().hex}")
         self.logger.setLevel(logging.DEBUG)
@@ -102,6 +146,8 @@ class FakeRunner:
             "Loader", (), {"sampler": self.sampler, "batch_sampler": None}
         )()
         self.train_loop = FakeLoop(max_iters, max_epochs, iters_per_epoch)
+        self.train_loop.dataloader = self.train_dataloader
+        self.val_loop = self.test_loop = None
         self.iter = 0
         self.epoch = 0
         self.rank = rank
@@ -111,6 +157,15 @@ class FakeRunner:
         self.saved: list[str] = []
         self.checkpoints: dict[str, dict] = {}
         self.hooks = sorted(hooks or [], key=lambda h: get_priority(h.priority))
+        self.experiment_name = "fake"
+        self.timestamp = os.path.basename(self.log_dir)
+        self.fast_dev_run = 0
+        self.data_parallel = DataParallel()
+        self.checkpointer = FakeCheckpointer(self)
+
+    @property
+    def series_dir(self) -> str:
+        return self.checkpointer.series_dir
 
     @property
     def max_iters(self) -> int:
@@ -124,28 +179,14 @@ class FakeRunner:
         for hook in self.hooks:
             getattr(hook, stage)(self, **kwargs)
 
-    def wait_for_checkpoints(self) -> None:
-        pass
+    def limit_iters(self, max_iters: int) -> int:
+        return max_iters
 
-    def save_checkpoint(self, filename: str, meta: dict | None = None,
-                        asynchronous: bool = False, latest: bool = True) -> str:
-        """Like the runner's: hook states in, file + manifest written, latest pointer moved
-        (unless ``latest`` is False)."""
-        path = os.path.join(self.work_dir, filename)
-        state = {
-            "iter": self.iter,
-            "hooks": {h.state_key: h.state_dict() for h in self.hooks if h.is_stateful()},
-        }
-        self.call_hook("before_save_checkpoint", checkpoint=state)
-        torch.save(state, path)
-        with open(path + ".manifest.json", "w") as f:
-            f.write("{}")
-        if latest:
-            with open(os.path.join(self.work_dir, "latest_checkpoint"), "w") as f:
-                f.write(filename + "\n")
-        self.saved.append(filename)
-        self.checkpoints[filename] = state
-        return path
+    @property
+    def writer(self) -> Any:
+        from libai.hooks import LoggerHook
+
+        return next((h for h in self.hooks if isinstance(h, LoggerHook)), None)
 
     @property
     def messages(self) -> list[str]:

@@ -208,7 +208,7 @@ def make_runner(tmp_path, model, **cfg):
 def test_runner_loads_a_hugging_face_folder(tmp_path, gpt2_folder):
     folder, hf = gpt2_folder
     runner = make_runner(tmp_path, TINY_GPT)
-    report = runner.load_checkpoint(folder)
+    report = runner.checkpointer.load_weights(folder)
     assert report.ok and not report.missing
     ids = torch.randint(0, 99, (2, 7))
     model = runner.unwrapped_model.eval()
@@ -216,7 +216,7 @@ def test_runner_loads_a_hugging_face_folder(tmp_path, gpt2_folder):
         torch.testing.assert_close(model.logits(ids), hf(ids).logits, **TOL)
     # the config route (load_from), as tools/test.py and tools/train.py use it
     runner = make_runner(tmp_path, TINY_GPT, load_from=dict(path=folder))
-    runner._load_or_resume(weights_only=True)
+    runner.checkpointer.restore(weights_only=True)
     with torch.no_grad():
         torch.testing.assert_close(runner.unwrapped_model.eval().logits(ids), hf(ids).logits,
                                    **TOL)
@@ -226,7 +226,7 @@ def test_runner_refuses_other_dims_or_model_type_in_one_line(tmp_path, gpt2_fold
     folder, _ = gpt2_folder
     runner = make_runner(tmp_path, TINY_GPT | dict(num_layers=3, hidden_size=64))
     with pytest.raises(CheckpointError) as exc:
-        runner.load_checkpoint(folder)
+        runner.checkpointer.load_weights(folder)
     msg = str(exc.value)
     assert "\n" not in msg and "hidden_size=32, num_layers=2" in msg
     assert "set model.hidden_size=32 model.num_layers=2 in the config" in msg
@@ -246,8 +246,8 @@ def test_pretraining_weights_into_a_classifier_need_strict_false(tmp_path):
                       num_layers=2, num_heads=4, ffn_hidden_size=37, max_position_embeddings=64)
     runner = make_runner(tmp_path, classifier)
     with pytest.raises(CheckpointError, match="strict=False"):
-        runner.load_checkpoint(folder)
-    report = runner.load_checkpoint(folder, strict=False)
+        runner.checkpointer.load_weights(folder)
+    report = runner.checkpointer.load_weights(folder, strict=False)
     assert any(k.startswith("classifier.") for k in report.missing)
     assert any(k.startswith("mlm_head.") for k in report.unexpected)
     state = hf_state_dict_for(runner.unwrapped_model, folder)

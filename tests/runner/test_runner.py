@@ -178,7 +178,8 @@ def test_a_stage_disabled_during_training_is_no_longer_called(tmp_path):
     runner.train()
     assert next(h for h in runner.hooks if isinstance(h, OnlyTwice)).calls == 2
     # no schedulers: ParamSchedulerHook dropped its per-iteration stage in before_train
-    assert "ParamSchedulerHook" not in [type(h).__name__ for h in runner._stage_hooks.get("before_train_iter", [])]
+    assert "ParamSchedulerHook" not in [type(m.__self__).__name__
+                                        for m in runner.stage_methods.get("before_train_iter", ())]
 
 
 def test_register_hook_places_a_built_hook_by_priority(tmp_path):

@@ -1,0 +1,531 @@
+"""The Checkpointer: saves a whole training run and puts it back, from named stateful parts.
+
+The runner assembles it and hands it its parts; nothing here reaches into the runner::
+
+    ckpt = Checkpointer(work_dir, model, unwrapped_model, cfg=cfg, logger=logger, call_hook=...)
+    ckpt.track(message_hub=hub, hooks=HookStates(lambda: hooks))      # from the start
+    ckpt.track(loop=loop, optimizer=optim_wrapper, param_schedulers=StateList(schedulers))
+    ckpt.save("iter_100.pth")        # every rank calls it; rank 0 writes the file
+    ckpt.restore(weights_only=False)  # resume / load_from, as the config says, once
+
+A part is anything with ``state_dict()`` and ``load_state_dict(state)`` (DCP's ``Stateful``
+protocol); its state is stored under its name. Three parts get more than that, because their
+state depends on the run's layout: the model (whole tensors, or DCP shards under FSDP2 / tensor
+parallel), the optimizer (its shards go with the model's; under DDP the gradients of an unfinished
+accumulation window are gathered by rank) and the loop (its data sampler is restored with it and
+fast-forwarded to the batch where the run stopped). The file format, its safety and the work-dir
+layout are the rest of :mod:`libai.checkpoint`; docs/checkpoint.md describes them.
+
+Who calls it: CheckpointHook (periodic, last and best saves), preemption (the save at a stop
+signal, :meth:`save_at_stop`), the runner (``restore`` before training or evaluation).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from torch import nn
+
+from libai.utils import dist
+from libai.utils.errors import CheckpointError, ConfigError, LibaiError
+
+from .resume_check import check_resume_config, config_json
+
+__all__ = ["Checkpointer", "HookStates", "Stateful", "StateList"]
+
+
+class Stateful(Protocol):
+    """What a part of a checkpoint provides (the same protocol as ``torch.distributed.checkpoint``)."""
+
+    def state_dict(self) -> Any: ...
+
+    def load_state_dict(self, state: Any) -> None: ...
+
+
+class StateList:
+    """A list of stateful objects as one part (the parameter schedulers): a list of states."""
+
+    def __init__(self, items: Iterable[Any]) -> None:
+        self.items = list(items)
+
+    def state_dict(self) -> list:
+        return [item.state_dict() for item in self.items]
+
+    def load_state_dict(self, state: list) -> None:
+        for item, st in zip(self.items, state):
+            item.load_state_dict(st)
+
+
+class HookStates:
+    """The stateful hooks as one part, keyed by ``hook.state_key`` (``Key#2`` for a second hook
+    with the same key). ``hooks`` is called at each save and load: hooks may be added until then."""
+
+    def __init__(self, hooks: Callable[[], Iterable[Any]]) -> None:
+        self.hooks = hooks
+
+    def by_key(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for hook in self.hooks():
+            if hook.is_stateful():
+                key, n = hook.state_key, 1
+                while key in out:
+                    n += 1
+                    key = f"{hook.state_key}#{n}"
+                out[key] = hook
+        return out
+
+    def state_dict(self) -> dict:
+        return {key: hook.state_dict() for key, hook in self.by_key().items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        hooks = self.by_key()
+        for key, st in state.items():
+            if key in hooks:
+                hooks[key].load_state_dict(st)
+
+
+class Checkpointer:
+    """Saves and restores a run; see the module docstring.
+
+    Args:
+        work_dir: The folder of checkpoints and of the ``latest_checkpoint`` pointer.
+        model: The model as trained (possibly wrapped: DDP, compiled); its weights are saved
+            without the wrappers' prefixes.
+        unwrapped_model: The model itself; weights are loaded into it.
+        cfg: The run's config: its text and JSON go into every checkpoint's meta, a resume
+            compares them, and ``resume`` / ``load_from`` / ``resume_options`` say what
+            :meth:`restore` does.
+        logger: Where loads and resumes are reported.
+        call_hook: ``call_hook(stage, **kwargs)``: the ``before_save_checkpoint`` and
+            ``after_load_checkpoint`` stages are called through it.
+        meta: Fixed entries of every checkpoint's meta (seed, experiment name). Defaults to None.
+        series_dir: The run folder this training writes its scalars to (its name goes into the
+            meta; a resume moves it to the series of the checkpoint). Defaults to None.
+        config_text: The config as Python text, when the caller already formatted it.
+            Defaults to None (formatted at the first save).
+        dry_run: A ``--fast-dev-run``: a resume never continues a scalar series.
+    """
+
+    def __init__(self, work_dir: str, model: nn.Module, unwrapped_model: nn.Module, *, cfg: Any,
+                 logger: logging.Logger, call_hook: Callable[..., None], meta: dict | None = None,
+                 series_dir: str | None = None, config_text: str | None = None,
+                 dry_run: bool = False) -> None:
+        self.work_dir = work_dir
+        self.model, self.unwrapped_model = model, unwrapped_model
+        self.cfg, self.logger, self.call_hook = cfg, logger, call_hook
+        self.meta = dict(meta or {})
+        self.series_dir = series_dir
+        self.dry_run = dry_run
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.parts: dict[str, Any] = {}
+        # the save policy (CheckpointHook) when the config has one: a stop signal saves through
+        # it, so that the file joins its rotation, and its best checkpoint is reported
+        self.schedule: Any = None
+        self.loaded_iter = 0  # the training iteration of the checkpoint load_from loaded
+        self._config_text = config_text
+        self._restored = False
+        self._saving_in_background = False  # the last save was asynchronous (same on every rank)
+        self._pending_shards: Any = None  # its shards, while they may still be in flight
+        self._saver: Any = None
+
+    def track(self, **parts: Any) -> None:
+        """Add (or replace) named parts: ``loop``, ``optimizer``, ``param_schedulers``,
+        ``message_hub``, ``hooks``, or any other stateful object under a name of your own."""
+        self.parts.update(parts)
+
+    @property
+    def config_text(self) -> str:
+        """The resolved config as Python text (formatted once: the config is read-only)."""
+        if self._config_text is None:
+            self._config_text = self.cfg.pretty_text
+        return self._config_text
+
+    @property
+    def _sharded(self) -> bool:
+        from .sharded import is_sharded_model
+
+        return is_sharded_model(self.unwrapped_model)
+
+    # --------------------------------------------------------------------------- save
+    def state(self, meta: dict | None = None, rng: list | None = None) -> dict:
+        """Everything needed to continue the run exactly: weights, the parts' states, the loop
+        and sampler position, RNG states of every rank, config text and versions.
+
+        Args:
+            meta: Extra entries for ``state["meta"]``. Defaults to None.
+            rng: The RNG states of every rank, by rank. Defaults to this process's only.
+        """
+        import torch
+
+        from libai.version import __version__
+
+        from .model_state import model_state_for_saving
+        from .rng import get_rng_state
+        from .sharded import group_settings
+
+        loop = self.parts.get("loop")
+        position = loop.state_dict() if loop is not None else {"iter": 0, "epoch": 0}
+        sharded = self._sharded  # weights and optimizer in the shards
+        state = {
+            "meta": {
+                "libai_version": __version__,
+                "torch_version": str(torch.__version__),
+                "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "iter": position["iter"],
+                "epoch": position["epoch"],
+                "world_size": self.world_size,
+                **self.meta,
+                "config": self.config_text,
+                "config_json": config_json(self.cfg),
+                "run_folder": self._run_folder(),
+                **(meta or {}),
+            },
+            "state_dict": {} if sharded else model_state_for_saving(self.model),
+            "message_hub": self.parts["message_hub"].state_dict() if "message_hub" in self.parts else {},
+            "hooks": self.parts["hooks"].state_dict() if "hooks" in self.parts else {},
+            "rng": rng if rng is not None else [get_rng_state()],
+        }
+        if loop is not None:
+            state["loop"] = position
+            sampler = getattr(loop.dataloader, "sampler", None)
+            if hasattr(sampler, "state_dict"):
+                state["sampler"] = sampler.state_dict()
+            optimizer = self.parts["optimizer"]
+            state["optimizer"] = optimizer.state_dict()
+            if sharded:
+                grads = state["optimizer"].pop("accumulated_grads", None) is not None
+                state["optimizer"].update(optimizer=None, grads_in_shards=grads,
+                                          param_groups=group_settings(optimizer.optimizer))
+            state["param_schedulers"] = self.parts["param_schedulers"].state_dict()
+        for name, part in self.parts.items():  # parts of the user's own
+            if name not in _BUILT_IN:
+                state[name] = part.state_dict()
+        return state
+
+    def save(self, filename: str, meta: dict | None = None, asynchronous: bool = False,
+             latest: bool = True) -> str:
+        """Write a full checkpoint ``work_dir/filename``, then move the latest pointer.
+
+        Every rank must call this: the RNG states of all ranks are gathered. Rank 0 alone builds
+        the state, calls the ``before_save_checkpoint`` hooks and writes.
+
+        Args:
+            filename: File name inside the work dir.
+            meta: Extra entries for ``state["meta"]``. Defaults to None.
+            asynchronous: Return once the state is copied to host memory and write it in a
+                background thread; the latest pointer moves when the file and its manifest are
+                complete, and the next save first waits for this one. Defaults to False.
+            latest: Move the latest pointer to it (``--resume`` starts there). Defaults to True;
+                CheckpointHook passes False for a best checkpoint no newer than the last one.
+
+        Returns:
+            The checkpoint's path.
+
+        Raises:
+            CheckpointError: The save failed (an earlier asynchronous one included); every
+                earlier checkpoint and the latest pointer are left as they were.
+        """
+        from .io import save_checkpoint
+        from .rng import get_rng_state
+        from .workdir import keep_other_runs_checkpoint, update_latest
+
+        if self._saving_in_background:  # the save in flight ends first, on every rank
+            error = dist.broadcast_object(self._finish_saves())
+            if error is not None:
+                raise error
+        self._saving_in_background = asynchronous
+        path = os.path.join(self.work_dir, filename)
+        if dist.is_main_process():  # a fresh run never saves over an earlier run's checkpoint
+            keep_other_runs_checkpoint(path, self._run_folder())
+        rng = dist.all_gather_object(get_rng_state())
+        shards = self._save_shards(path, asynchronous)
+        self._pending_shards = shards if asynchronous else None
+        grads_by_rank = None if shards else self._gather_accumulated_grads()
+        error = None
+        if dist.is_main_process():
+            try:
+                state = self.state(meta, rng=rng)
+                if shards and not asynchronous:
+                    state["sharded"] = shards.result()
+                if grads_by_rank is not None:
+                    state["optimizer"]["accumulated_grads"] = grads_by_rank[0]
+                    state["optimizer"]["accumulated_grads_by_rank"] = grads_by_rank
+                self.call_hook("before_save_checkpoint", checkpoint=state)
+                if asynchronous:  # the .pth is written once the shards are (then "sharded")
+                    on_done = (lambda p: update_latest(self.work_dir, p)) if latest else None
+                    prepare = (lambda st: st.update(sharded=shards.result())) if shards else None
+                    self._async_saver().save(state, path, on_done=on_done, prepare=prepare)
+                else:
+                    save_checkpoint(state, path)
+                    if latest:
+                        update_latest(self.work_dir, path)
+            except LibaiError as e:  # a failed write, or a hook refusing the save (NaN weights)
+                error = e
+        # every rank learns of a failure on rank 0, so that all stop (or go on) together
+        error = dist.broadcast_object(error)
+        if error is not None:
+            raise error
+        return path
+
+    def save_at_stop(self, iteration: int, force: bool = False) -> str:
+        """The save when a signal stops training: through the save policy (CheckpointHook:
+        the file then joins its rotation) or, when the config has none, as ``iter_<n>.pth``;
+        returns the checkpoint's absolute path once the file and the latest pointer are complete.
+
+        Args:
+            iteration: The iterations completed.
+            force: Save even when this iteration was just saved (a validation was interrupted:
+                the new checkpoint records that it must rerun).
+        """
+        if self.schedule is not None:
+            path = self.schedule.save_now(iteration, force=force)
+        else:  # checkpoints are off in the config: the one at the stop is written all the same
+            path = self.save(f"iter_{iteration}.pth")
+        return os.path.abspath(path)
+
+    def best(self) -> dict | None:
+        """The best checkpoint of the save policy (absolute path, metric, score), or None."""
+        best_file = getattr(self.schedule, "best_file", None)
+        if not best_file:
+            return None
+        return {"checkpoint": os.path.abspath(os.path.join(self.work_dir, best_file)),
+                "metric": self.schedule.best_metric, "score": self.schedule.best_score}
+
+    def _save_shards(self, path: str, asynchronous: bool) -> Any:
+        """FSDP2 / tensor parallel: every rank writes its shards (libai.checkpoint.sharded);
+        returns the save (:class:`~libai.checkpoint.sharded.PendingShards`) or None."""
+        from .sharded import save_sharded
+
+        if not self._sharded:
+            return None
+        optimizer = self.parts.get("optimizer") if "loop" in self.parts else None
+        window = optimizer is not None and optimizer.accumulated_grads() is not None
+        return save_sharded(path, self.unwrapped_model,
+                            optimizer.optimizer if optimizer is not None else None,
+                            with_grads=window, asynchronous=asynchronous)
+
+    def _gather_accumulated_grads(self) -> list | None:
+        """Under DDP, mid-window gradients differ by rank (no_sync): gather them, by rank."""
+        if "loop" not in self.parts or self.world_size == 1:
+            return None
+        grads = self.parts["optimizer"].accumulated_grads()
+        local = None if grads is None else [None if g is None else g.cpu() for g in grads]
+        gathered = dist.all_gather_object(local)
+        return None if all(g is None for g in gathered) else gathered
+
+    def wait(self) -> None:
+        """Block until an asynchronous save in flight is complete; re-raise its failure."""
+        error = self._finish_saves()
+        if error is not None:
+            raise error
+
+    def close(self) -> None:
+        """Never leave a writer thread behind (on any exit, Ctrl-C included): wait for it, and
+        log a failure rather than raise it (training may be ending by another error)."""
+        try:
+            self.wait()
+        except CheckpointError as e:
+            self.logger.error(str(e))
+
+    def _finish_saves(self) -> LibaiError | None:
+        """Wait for this rank's save in flight (no collective); returns its failure."""
+        error = None
+        if self._saver is not None and dist.is_main_process():
+            try:
+                self._saver.wait()  # its thread finishes the shards first (PendingShards.result)
+            except CheckpointError as e:
+                error = e
+        pending, self._pending_shards = self._pending_shards, None
+        if pending is not None:  # the shards of a save whose .pth was never started, and ranks > 0
+            try:
+                pending.result()
+            except Exception as e:  # DCP raises a rank's write error on every rank
+                error = error or CheckpointError(f"Background save of the shards failed: {e}")
+        return error
+
+    def _async_saver(self) -> Any:
+        if self._saver is None:
+            from .async_saver import AsyncCheckpointSaver
+
+            self._saver = AsyncCheckpointSaver()
+        return self._saver
+
+    # --------------------------------------------------------------------------- load
+    def load_weights(self, path: str, strict: bool = True, remap: Any = None) -> Any:
+        """Load model weights only (``load_from``); returns the load report.
+
+        ``path`` is a libai checkpoint, or a Hugging Face folder (``config.json`` + weights) of a
+        BERT or GPT-2 model: its weights are converted to this model's names first, after
+        checking that the folder's model type and dimensions match the built model.
+        """
+        from libai.model.zoo.hf import hf_state_dict_for, is_hf_folder
+
+        from .io import load_checkpoint
+        from .model_state import load_model_state
+        from .sharded import load_full_into_sharded, load_sharded
+
+        if is_hf_folder(path):
+            weights = hf_state_dict_for(self.unwrapped_model, path)
+        else:
+            ckpt = load_checkpoint(path)
+            weights = ckpt.get("state_dict", ckpt)
+            if "sharded" in ckpt:  # every rank reads its part, resharded to this run's layout
+                load_sharded(path, ckpt["sharded"], self.unwrapped_model, None)
+                weights = None
+            it = ckpt.get("meta", {}).get("iter") if isinstance(ckpt.get("meta"), dict) else None
+            if isinstance(it, int) and not isinstance(it, bool) and it >= 0:
+                self.loaded_iter = it
+        if weights is None:
+            report = ""
+        elif self._sharded:  # whole tensors into this run's shards
+            report = load_full_into_sharded(self.unwrapped_model, weights, strict=strict)
+        else:
+            report = load_model_state(self.unwrapped_model, weights, strict=strict, remap=remap)
+        at = f" (iteration {self.loaded_iter})" if self.loaded_iter else ""
+        self.logger.info(f"Loaded weights from {path}{at}" + (f"\n{report}" if str(report) else ""))
+        return report
+
+    def resume(self, path: str) -> None:
+        """Restore the whole run from ``path`` so training continues exactly where it stopped.
+        The training parts (``loop``, ``optimizer``, ``param_schedulers``) must be tracked."""
+        from .io import load_checkpoint
+        from .model_state import load_model_state
+        from .rng import set_rng_state
+        from .sharded import load_sharded, restore_group_settings
+
+        ckpt = load_checkpoint(path)
+        if "loop" not in ckpt:
+            raise CheckpointError(f"{path} holds no training state (it was saved outside training); "
+                                  f"use load_from={path!r} to load its weights instead.")
+        meta = ckpt.get("meta", {})
+        check_resume_config(meta.get("config_json"), meta.get("world_size"), self.cfg,
+                            self.world_size, self.logger)
+        optimizer = self.parts["optimizer"]
+        if "sharded" in ckpt:  # every rank reads its part; DCP reshards to this run's layout
+            load_sharded(path, ckpt["sharded"], self.unwrapped_model, optimizer.optimizer)
+            if ckpt["sharded"].get("world_size") != self.world_size:
+                self.logger.info(f"Sharded checkpoint of {ckpt['sharded'].get('world_size')} "
+                                 f"process(es) loaded into {self.world_size}: resharded on load.")
+        else:
+            load_model_state(self.unwrapped_model, ckpt["state_dict"], strict=True)
+        optim_state = dict(ckpt["optimizer"])
+        by_rank = optim_state.pop("accumulated_grads_by_rank", None)
+        if by_rank is not None and len(by_rank) == self.world_size:
+            optim_state["accumulated_grads"] = by_rank[self.rank]  # each rank its own window
+        optimizer.load_state_dict(optim_state)
+        if "sharded" in ckpt:
+            restore_group_settings(optimizer.optimizer, optim_state["param_groups"])
+        self.parts["param_schedulers"].load_state_dict(ckpt.get("param_schedulers", []))
+        loop = self.parts["loop"]
+        loop.load_state_dict(ckpt["loop"])
+        sampler = getattr(loop.dataloader, "sampler", None)
+        if "sampler" in ckpt and hasattr(sampler, "load_state_dict"):
+            sampler.load_state_dict(ckpt["sampler"])
+            sampler.skip(ckpt["loop"]["batch_in_epoch"] * (loop.dataloader.batch_size or 1))
+        for name in ("hooks", "message_hub"):
+            if name in self.parts:
+                self.parts[name].load_state_dict(ckpt.get(name, {}))
+        for name, part in self.parts.items():
+            if name not in _BUILT_IN and name in ckpt:
+                part.load_state_dict(ckpt[name])
+        self._continue_series(meta.get("run_folder"))
+        rng = ckpt.get("rng") or []
+        if len(rng) == self.world_size:
+            set_rng_state(rng[self.rank])
+        self.call_hook("after_load_checkpoint", checkpoint=ckpt)
+        self.logger.info(
+            f"Resumed from {path} at iteration {loop.iter} (epoch {loop.epoch}, batch "
+            f"{ckpt['loop']['batch_in_epoch']} of the epoch). From the checkpoint: model weights, "
+            f"optimizer, schedulers, loop and sampler position, RNG states, "
+            f"{len(ckpt.get('hooks', {}))} hook state(s). From the current config: everything else."
+        )
+
+    def restore(self, weights_only: bool = False) -> None:
+        """Apply the config's ``resume`` / ``load_from``, once per run: training resumes the
+        latest complete checkpoint (or the one named); evaluation (``weights_only``) and a run
+        with nothing to resume load the ``load_from`` weights."""
+        if self._restored:
+            return
+        self._restored = True
+        resume, load_from = self.cfg.get("resume"), self.cfg.get("load_from")
+        if resume and not weights_only:
+            path = resume if isinstance(resume, str) else self._find_resumable()
+            if path is not None:
+                self.resume(path)
+                return
+            self._set_damaged_aside()
+            self.logger.info(f"resume: no complete checkpoint in {self.work_dir}; starting fresh.")
+        if load_from:
+            opts = dict(load_from) if isinstance(load_from, dict) else {"path": load_from}
+            unknown = set(opts) - {"path", "strict", "remap"}
+            if unknown or "path" not in opts:
+                raise ConfigError(
+                    f"load_from must be a path or dict(path=..., strict=True, remap=None); got "
+                    f"keys {sorted(opts)}.")
+            self.load_weights(opts["path"], strict=opts.get("strict", True), remap=opts.get("remap"))
+
+    def _run_folder(self) -> str | None:
+        """The name of the run folder holding this training's scalar series, for the meta."""
+        series = self.series_dir
+        if series is None or os.path.dirname(os.path.abspath(series)) != self.work_dir:
+            return None  # a dry run's temporary folder
+        return os.path.basename(series)
+
+    def _continue_series(self, name: Any) -> None:
+        """After a resume, write the scalars into the series the checkpoint belongs to, when its
+        run folder is in this work dir; else this run's own folder starts a series whose steps
+        continue from the checkpoint's."""
+        from libai.utils.run_layout import RUN_FOLDER
+
+        if self.dry_run or not isinstance(name, str) or not RUN_FOLDER.match(name):
+            return
+        folder = os.path.join(self.work_dir, name)
+        if os.path.isdir(folder):
+            self.series_dir = folder
+            self.logger.info(f"Scalars continue the series in {folder}.")
+
+    def _set_damaged_aside(self) -> None:
+        """Nothing to resume from, but damaged checkpoints are there: stop, naming them, unless
+        ``resume_options.damaged='rename'`` (``--move-damaged``) asks to move them aside to
+        ``*.damaged`` first. Training over them would overwrite bytes the user may recover.
+        Files without a manifest (a save cut short, e.g. by kill -9) are moved aside without
+        asking: they never were complete, and a restarted worker must be able to start fresh."""
+        from .manifest import manifest_path, move_aside
+        from .workdir import damaged_checkpoints
+
+        found = None
+        if dist.is_main_process():
+            found = [(str(p), manifest_path(p).exists())
+                     for p in damaged_checkpoints(self.work_dir)]
+        found = dist.broadcast_object(found)
+        if not found:
+            return
+        names = ", ".join(os.path.basename(p) for p, _ in found)
+        damaged = any(has_manifest for _, has_manifest in found)
+        policy = dict(self.cfg.get("resume_options") or {}).get("damaged", "stop")
+        if damaged and policy != "rename":
+            raise CheckpointError(
+                f"--resume: the only checkpoints in {self.work_dir} are damaged or incomplete "
+                f"({names}); nothing was changed. Move them aside yourself, or pass --move-damaged "
+                f"(resume_options=dict(damaged='rename')) to rename them to *.damaged, keeping "
+                f"every byte, and start fresh.")
+        if dist.is_main_process():
+            for path, _ in found:
+                move_aside(path)
+        dist.barrier()
+        what = "damaged" if damaged else "unfinished (no manifest: a save was cut short)"
+        self.logger.warning(f"resume: moved the {what} checkpoint(s) {names} to *.damaged, every "
+                            f"byte kept.")
+
+    def _find_resumable(self) -> str | None:
+        from .workdir import find_resumable
+
+        return find_resumable(self.work_dir, logger=self.logger)
+
+
+# parts whose place in the file is fixed (older checkpoints have them under these keys)
+_BUILT_IN = frozenset({"loop", "optimizer", "param_schedulers", "message_hub", "hooks"})

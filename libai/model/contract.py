@@ -56,7 +56,7 @@ class ContractField:
 CONTRACT: tuple[ContractField, ...] = (
     ContractField(
         "forward", "call", True,
-        ("libai/model/steps.py", "libai/optim/graph_optim_wrapper.py"),
+        ("libai/model/steps.py", "libai/model/graph/mode.py"),
         "`model(batch)` with what the data loader yields. Train mode: a loss tensor, or a dict "
         "whose keys containing `loss` are summed into the loss (every tensor entry is logged). "
         "Eval mode: what the metrics read, usually a dict."),

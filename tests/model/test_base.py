@@ -1,4 +1,4 @@
-"""The model contract: parse_losses, to_device, unwrap_model, BaseModel steps."""
+"""The default steps (libai.model.steps): parse_losses, to_device, unwrap_model, BaseModel steps."""
 
 from collections import namedtuple
 

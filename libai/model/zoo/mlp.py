@@ -1,4 +1,4 @@
-"""Classifiers that follow the model contract (docs/design.md, "Model contract").
+"""Classifiers that follow the model contract (docs/models.md, "The model contract").
 
 They are plain ``nn.Module`` s on purpose: they show that any module trains, with no libai base
 class. Called as ``model(batch)`` with ``batch = {"inputs": (B, F) float, "labels": (B,) long}``:

@@ -242,3 +242,34 @@ def build_hooks(default_hooks: dict, overrides: Any, custom_hooks: Any) -> list:
         hook.priority = get_priority(hook.priority)
         hooks.append(hook)
     return sorted(hooks, key=lambda h: h.priority)
+
+
+def build_train_step(model: nn.Module, forward: nn.Module, device: Any, data_parallel: DataParallel,
+                     tensor_parallel: bool, logger: Any) -> Any:
+    """``step(data, optim_wrapper)`` for the run: the model's own ``train_step`` (``forward``
+    passed in) or the default one; under tensor parallel, inside the loss-parallel context."""
+    from functools import partial
+
+    from libai.model import make_train_step
+    from libai.model.graph import GraphModule
+    from libai.parallel import in_loss_parallel
+
+    own = getattr(model, "train_step", None)
+    step = partial(own, forward=forward) if own is not None else make_train_step(
+        model, forward, device, data_parallel)
+    if own is not None and isinstance(forward, GraphModule):
+        logger.info(f"Graph mode: {type(model).__name__} has its own train_step: its calls to "
+                    f"forward are compiled and update_params steps with the compiled update; the "
+                    f"rest of its train_step runs eager.")
+    return in_loss_parallel(step) if tensor_parallel else step
+
+
+def build_eval_loop(cfg: Any, stage: str, build_one: Any, runner: Any) -> Any:
+    """The ``val`` or ``test`` loop over every evaluation set of ``cfg``, or None when the config
+    has no ``{stage}_dataloader``; ``build_one(loader_cfg, section)`` builds one loader."""
+    loader_cfg = cfg.get(f"{stage}_dataloader")
+    if loader_cfg is None:
+        return None
+    loaders, evaluators = build_eval_sets(loader_cfg, cfg.get(f"{stage}_evaluator"), stage, build_one)
+    return build_loop(cfg.get(f"{stage}_cfg"), "ValLoop" if stage == "val" else "TestLoop",
+                      f"{stage}_cfg", runner=runner, dataloader=loaders, evaluator=evaluators)

@@ -1,5 +1,6 @@
 """The model across processes: DDP (the default under torchrun), or what the ``parallel`` and
-``activation_checkpointing`` keys ask for (libai.parallel: FSDP2, tensor parallel, HSDP)."""
+``activation_checkpointing`` keys ask for (libai.parallel: FSDP2, tensor parallel, HSDP); then
+compiled, when graph mode or ``compile`` asks for it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from torch import nn
 from libai.parallel import ParallelConfig, build_mesh, build_on_rank0, parallelize
 from libai.utils import dist
 
-__all__ = ["build_model", "distribute_model"]
+__all__ = ["build_model", "distribute_model", "wrap_model"]
 
 _AMP_DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
                "fp16": torch.float16}
@@ -76,3 +77,20 @@ def distribute_model(cfg: Any, model: nn.Module, pc: ParallelConfig, device: tor
     for line in lines:
         logger.info(line)
     return model
+
+
+def wrap_model(cfg: Any, model: nn.Module, pc: ParallelConfig, device: torch.device,
+               logger: Any) -> nn.Module:
+    """The model as trained: distributed (:func:`distribute_model`), then in graph mode a
+    :class:`~libai.model.graph.GraphModule` (a sharded model compiled block by block, as torch
+    advises), or compiled as ``cfg.compile`` says."""
+    from libai.model import compile_model
+    from libai.model.graph import GraphModule, graph_options
+    from libai.parallel import find_blocks
+
+    graph = graph_options(cfg)  # graph mode decides whether the config asks for it
+    model = distribute_model(cfg, model, pc, device, logger)
+    if graph is not None:
+        blocks = find_blocks(model, pc.blocks) if dist.is_sharded(model) else None
+        return GraphModule(model, **graph, blocks=blocks or None)
+    return compile_model(model, cfg.get("compile") or False)

@@ -23,6 +23,7 @@ __all__ = [
     "select_device",
     "seed_everything",
     "make_run_dir",
+    "open_run",
     "make_logger",
     "dump_config",
     "config_name",
@@ -165,3 +166,17 @@ def derived_summary(loop: Any, optim_wrapper: Any, data_parallel: Any) -> str:
     return (f"Derived: iterations per epoch {loop.iters_per_epoch}, max iterations {loop.max_iters}"
             + (f", max epochs {loop.max_epochs}" if loop.max_epochs else "")
             + f", effective batch size {batch} x {who} x {acc} accumulation = {batch * shares * acc}")
+
+
+def open_run(cfg: Any, work_dir: str, dry_run: bool, device: torch.device, seed: int,
+             rank: int) -> tuple[str, str, logging.Logger, str | None]:
+    """Start the run's folder and log: the run folder (:func:`make_run_dir`), the logger, the
+    environment lines, and the saved config on rank 0. Returns (timestamp, run folder, logger,
+    the config's text or None on other ranks)."""
+    timestamp, log_dir = make_run_dir(work_dir, dry_run=dry_run)
+    logger = make_logger(cfg, log_dir, timestamp, rank)
+    where = (f"{log_dir} (temporary: a --fast-dev-run writes nothing into {work_dir})"
+             if dry_run else log_dir)
+    logger.info(env_summary(device, seed, {"work dir": where}))
+    text = dump_config(cfg, os.path.join(log_dir, "config.py"), logger) if dist.is_main_process() else None
+    return timestamp, log_dir, logger, text

@@ -12,12 +12,14 @@ import os
 import shlex
 import signal
 import sys
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 from libai.utils import dist
+from libai.utils.errors import TrainingError
 from libai.utils.signals import Preempted, StopRequest, parse_preemption
 
-__all__ = ["build_stop_request", "stop_on_signal"]
+__all__ = ["build_stop_request", "guarded", "stop_on_signal"]
 
 
 def build_stop_request(cfg: Any) -> StopRequest | None:
@@ -25,6 +27,28 @@ def build_stop_request(cfg: Any) -> StopRequest | None:
     when it is off. Validated when the runner is built, installed only while it trains."""
     names = parse_preemption(cfg.get("preemption", True))
     return StopRequest(names) if names else None
+
+
+T = TypeVar("T")
+
+
+def guarded(runner: Any, request: StopRequest | None, train: Callable[[], T]) -> T:
+    """Run ``train()`` with the stop signals of ``request`` caught (set as ``runner.stop_request``
+    while it runs, loader start-up included, for the loops to poll), and a hang or a dead peer
+    reported as one line naming this rank (:class:`~libai.utils.errors.TrainingError`)."""
+    if request is not None and request.install():
+        runner.stop_request = request
+    try:
+        return train()
+    except RuntimeError as e:
+        message = dist.collective_failure(e)
+        if message is None:
+            raise
+        raise TrainingError(message) from e
+    finally:
+        if request is not None:
+            request.uninstall()
+        runner.stop_request = None
 
 
 def stop_on_signal(runner: Any, signum: int, val_interrupted: bool = False) -> NoReturn:
@@ -57,10 +81,17 @@ def stop_on_signal(runner: Any, signum: int, val_interrupted: bool = False) -> N
 def _resume_command(runner: Any) -> str:
     """The command line that continues this run: the one that started it, with --resume."""
     argv = list(sys.argv)
-    if not argv or os.path.basename(argv[0]) != "train.py":
+    script = os.path.basename(argv[0]) if argv else ""
+    command = script == "libai" or argv[0].endswith(os.path.join("libai", "__main__.py")) if argv \
+        else False
+    if script != "train.py" and not (command and argv[1:2] == ["train"]):
         return f"the same code with resume=True (work dir {runner.work_dir})"
     if "--resume" not in argv:
         argv.append("--resume")
-    head = ["torchrun", "--nproc_per_node", str(dist.get_world_size())] if dist.get_world_size() > 1 \
-        else ["python"]
+    n = dist.get_world_size()
+    if command:  # `libai train ...` or `python -m libai train ...`
+        head = ["torchrun", "--nproc_per_node", str(n), "-m", "libai"] if n > 1 else (
+            ["libai"] if script == "libai" else ["python", "-m", "libai"])
+        return shlex.join(head + argv[1:])
+    head = ["torchrun", "--nproc_per_node", str(n)] if n > 1 else ["python"]
     return shlex.join(head + argv)

@@ -19,17 +19,16 @@ from torch import nn
 
 from libai.checkpoint.checkpointer import Checkpointer, HookStates, StateList
 from libai.hooks.hook import Hook, StageIndex, get_priority
-from libai.model import compile_model, make_train_step
 from libai.model import test_step as default_eval_step
 from libai.model.graph import GraphModule
-from libai.parallel import find_blocks, in_loss_parallel, parse_parallel
+from libai.parallel import parse_parallel
 from libai.registry import RUNNERS
 from libai.utils import dist
-from libai.utils.errors import ConfigError, TrainingError
+from libai.utils.errors import ConfigError
 from libai.utils.message_hub import MessageHub
 
 from . import build, env, imports, preemption
-from .distribute import build_model, distribute_model
+from .distribute import build_model, wrap_model
 from .preflight import check_model_type, check_watched_metrics, preflight
 
 __all__ = ["Runner"]
@@ -47,7 +46,7 @@ class Runner:
 
     def __init__(self, cfg: Any, fast_dev_run: int = 0) -> None:
         from libai.config import Config
-        from libai.hooks import CheckpointHook, LoggerHook
+        from libai.hooks import DEFAULT_HOOKS, CheckpointHook, LoggerHook
 
         cfg = cfg if isinstance(cfg, Config) else Config(dict(cfg))
         build.validate_top_level(cfg)
@@ -73,24 +72,18 @@ class Runner:
         self.seed = env.seed_everything(randomness, rank=self.data_parallel.rank)
         self._diff_rank_seed = bool(randomness.get("diff_rank_seed"))
         self.work_dir = os.path.abspath(cfg.get("work_dir") or "work_dirs/default")
-        # a dry run's folder is a temporary one: it leaves the work dir as it was
-        self.timestamp, self.log_dir = env.make_run_dir(self.work_dir, dry_run=self.fast_dev_run > 0)
         self.experiment_name = cfg.get("experiment_name") or env.config_name(cfg)
-        self.logger = env.make_logger(cfg, self.log_dir, self.timestamp, self.rank)
-        where = (f"{self.log_dir} (temporary: a --fast-dev-run writes nothing into {self.work_dir})"
-                 if self.fast_dev_run else self.log_dir)
-        self.logger.info(env.env_summary(self.device, self.seed, {"work dir": where}))
-        config_text = None
-        if dist.is_main_process():
-            config_text = env.dump_config(cfg, os.path.join(self.log_dir, "config.py"), self.logger)
+        # a dry run's folder is a temporary one: it leaves the work dir as it was
+        self.timestamp, self.log_dir, self.logger, config_text = env.open_run(
+            cfg, self.work_dir, self.fast_dev_run > 0, self.device, self.seed, self.rank)
 
         self.unwrapped_model = build_model(cfg, self.parallel, self.device,
                                            same_seed=not self._diff_rank_seed)
         self.model = self._wrap(self.unwrapped_model)
-        self.hooks = build.build_hooks(self._default_hooks(), cfg.get("default_hooks"), cfg.get("custom_hooks"))
+        self.hooks = build.build_hooks(DEFAULT_HOOKS, cfg.get("default_hooks"), cfg.get("custom_hooks"))
         if self.fast_dev_run:  # a dry run saves nothing
             self.hooks = [h for h in self.hooks if not isinstance(h, CheckpointHook)]
-        self._index_hooks()
+        self.stage_index = StageIndex(self.hooks)
         self.logger.info(self.stage_index.order_text())
         # the shared services hooks use, assembled here and nowhere else
         self.writer = next((h for h in self.hooks if isinstance(h, LoggerHook)), None)
@@ -100,8 +93,7 @@ class Runner:
             series_dir=self.log_dir, config_text=config_text, dry_run=self.fast_dev_run > 0)
         self.checkpointer.schedule = next((h for h in self.hooks if isinstance(h, CheckpointHook)), None)
         self.checkpointer.track(message_hub=self.message_hub, hooks=HookStates(lambda: self.hooks))
-        self._optim_wrapper = None
-        self._param_schedulers = None
+        self._optim_wrapper = self._param_schedulers = None
         self._train_step = self._eval_step = None
         self._train_loop = None
         self._loops: dict[str, Any] = {}
@@ -118,19 +110,7 @@ class Runner:
         return self.checkpointer.series_dir
 
     def _wrap(self, model: nn.Module) -> nn.Module:
-        from libai.model.graph import graph_options
-
-        graph = graph_options(self.cfg)  # graph mode decides whether the config asks for it
-        model = distribute_model(self.cfg, model, self.parallel, self.device, self.logger)
-        if graph is not None:  # a sharded model is compiled block by block, as torch advises
-            blocks = find_blocks(model, self.parallel.blocks) if dist.is_sharded(model) else None
-            return GraphModule(model, **graph, blocks=blocks or None)
-        return compile_model(model, self.cfg.get("compile") or False)
-
-    def _default_hooks(self) -> dict:
-        from libai.hooks import DEFAULT_HOOKS
-
-        return {k: dict(v) for k, v in DEFAULT_HOOKS.items()}
+        return wrap_model(self.cfg, model, self.parallel, self.device, self.logger)
 
     # ------------------------------------------------------------------------- parts
     @property
@@ -157,15 +137,7 @@ class Runner:
 
     def _eval_loop(self, stage: str) -> Any:
         if stage not in self._loops:
-            loader_cfg = self.cfg.get(f"{stage}_dataloader")
-            if loader_cfg is None:
-                self._loops[stage] = None
-            else:
-                loaders, evaluators = build.build_eval_sets(
-                    loader_cfg, self.cfg.get(f"{stage}_evaluator"), stage, self._build_loader)
-                self._loops[stage] = build.build_loop(
-                    self.cfg.get(f"{stage}_cfg"), "ValLoop" if stage == "val" else "TestLoop",
-                    f"{stage}_cfg", runner=self, dataloader=loaders, evaluator=evaluators)
+            self._loops[stage] = build.build_eval_loop(self.cfg, stage, self._build_loader, self)
         return self._loops[stage]
 
     def _build_loader(self, cfg: Any, section: str) -> Any:
@@ -235,20 +207,11 @@ class Runner:
     def train_step_fn(self) -> Callable[[Any, Any], dict]:
         """What ``run_train_step`` calls: ``step(data, optim_wrapper)`` returning the values to
         log. The train loops hold it for the run, saving a call per iteration."""
-        step = self._train_step
-        if step is None:
-            own = getattr(self.unwrapped_model, "train_step", None)
-            step = partial(own, forward=self.model) if own is not None else make_train_step(
-                self.unwrapped_model, self.model, self.device, self.data_parallel)
-            if own is not None and isinstance(self.model, GraphModule):
-                self.logger.info(
-                    f"Graph mode: {type(self.unwrapped_model).__name__} has its own train_step: "
-                    f"its calls to forward are compiled and update_params steps with the compiled "
-                    f"update; the rest of its train_step runs eager.")
-            if self.parallel.tensor > 1:
-                step = in_loss_parallel(step)
-            self._train_step = step
-        return step
+        if self._train_step is None:
+            self._train_step = build.build_train_step(
+                self.unwrapped_model, self.model, self.device, self.data_parallel,
+                self.parallel.tensor > 1, self.logger)
+        return self._train_step
 
     def run_eval_step(self, data: Any) -> Any:
         """One evaluation step; the model's own ``val_step`` wins over the default."""
@@ -276,9 +239,6 @@ class Runner:
                               f"build it first, or list its config under custom_hooks.")
         hook.priority = get_priority(hook.priority if priority is None else priority)
         self.hooks = sorted([*self.hooks, hook], key=lambda h: h.priority)  # stable: ties keep order
-        self._index_hooks()
-
-    def _index_hooks(self) -> None:
         self.stage_index = StageIndex(self.hooks)
 
     # ------------------------------------------------------------------- entry points
@@ -289,20 +249,7 @@ class Runner:
             Preempted: a signal named by the ``preemption`` key stopped training; the checkpoint
                 of the stop iteration is written (docs/reliability.md).
         """
-        request = self._stop_request
-        if request is not None and request.install():  # from here: loader start-up included
-            self.stop_request = request
-        try:
-            return self._train()
-        except RuntimeError as e:  # a hang or a dead peer: one line naming this rank
-            message = dist.collective_failure(e)
-            if message is None:
-                raise
-            raise TrainingError(message) from e
-        finally:
-            if request is not None:
-                request.uninstall()
-            self.stop_request = None
+        return preemption.guarded(self, self._stop_request, self._train)
 
     def stop_on_signal(self, signum: int, val_interrupted: bool = False) -> None:
         """Called by the train loop on every rank when a stop signal is agreed on: save the

@@ -245,13 +245,7 @@ def build_runner(cfg: Config, work_dir: str) -> Any:
 
 def _load_weights(runner: Any) -> None:
     """The config's ``load_from`` weights, as the runner loads them before evaluating."""
-    # the runner's checkpointing moves into `runner.checkpointer` (work in progress at the time
-    # of writing); until every checkout has it, the older private entry point serves
-    checkpointer = getattr(runner, "checkpointer", None)
-    if checkpointer is not None:
-        checkpointer.restore(weights_only=True)
-    else:
-        runner.checkpointer.restore(weights_only=True)
+    runner.checkpointer.restore(weights_only=True)
 
 
 def close_run_log() -> None:

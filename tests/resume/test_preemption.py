@@ -213,3 +213,18 @@ def test_second_signal_exits_at_once_and_keeps_the_last_checkpoint(tmp_path):
     assert read_latest(work) == work / "iter_4.pth"
     verify_checkpoint(work / "iter_4.pth")
     assert not (work / "iter_6.pth").exists()
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["tools/train.py", "c.py"], "python tools/train.py c.py --resume"),
+    (["/venv/bin/libai", "train", "bert_tiny"], "libai train bert_tiny --resume"),
+    (["/x/libai/__main__.py", "train", "c.py", "--resume"], "python -m libai train c.py --resume"),
+    (["/venv/bin/libai", "test", "c.py"], "the same code with resume=True (work dir /w)"),
+])
+def test_the_stop_line_names_the_command_that_continues(monkeypatch, argv, expected):
+    from types import SimpleNamespace
+
+    from libai.runner.preemption import _resume_command
+
+    monkeypatch.setattr(sys, "argv", argv)
+    assert _resume_command(SimpleNamespace(work_dir="/w")) == expected

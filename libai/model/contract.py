@@ -72,7 +72,7 @@ CONTRACT: tuple[ContractField, ...] = (
         "tokens). Under data parallel it becomes the mean over every rank's items "
         "(`mean_over_data_parallel`); evaluation weighs the term by its items."),
     ContractField(
-        "train_step", "method", False, ("libai/runner/runner.py",),
+        "train_step", "method", False, ("libai/runner/build.py",),
         "`train_step(data, optim_wrapper, forward)` replaces the default step (several "
         "optimizers, GANs); it calls `forward(...)`, the DDP/compiled wrapper, not `self(...)`."),
     ContractField(

@@ -64,6 +64,8 @@ class GraphOptimWrapper(OptimWrapper):
         clip_grad: See :class:`OptimWrapper`. Defaults to None.
     """
 
+    compiles_step = True  # what graph_options (libai.model.graph) looks for
+
     def __init__(
         self,
         optimizer: torch.optim.Optimizer,

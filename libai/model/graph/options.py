@@ -32,16 +32,16 @@ def graph_options(cfg: Any) -> dict | None:
     Raises:
         ConfigError: graph mode and the top-level ``compile`` both asked for.
     """
-    from libai.optim import GraphOptimWrapper
     from libai.registry import OPTIM_WRAPPERS
 
+    # a GraphOptimWrapper (or a subclass) says so with its class attribute ``compiles_step``
     wrapper = cfg.get("optim_wrapper")
-    if isinstance(wrapper, GraphOptimWrapper):
+    if getattr(type(wrapper), "compiles_step", False):
         return dict(compile=wrapper.compile_options, on_failure=wrapper.on_failure)
     if not isinstance(wrapper, Mapping) or not isinstance(wrapper.get("type"), str):
         return None
     cls = OPTIM_WRAPPERS.get(wrapper["type"], path="optim_wrapper")
-    if not (isinstance(cls, type) and issubclass(cls, GraphOptimWrapper)):
+    if not (isinstance(cls, type) and getattr(cls, "compiles_step", False)):
         return None
     if cfg.get("compile"):
         raise ConfigError(

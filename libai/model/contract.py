@@ -18,7 +18,7 @@ entry, each rank's mean counts equally (right when every batch has as many items
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,16 +220,3 @@ def mean_over_data_parallel(outputs: Any, data_parallel: DataParallel | None) ->
     for i, key in enumerate(keys):
         out[key] = outputs[key] * scale[i].to(outputs[key].dtype)
     return out
-
-
-# The step code lived here before libai.model.steps; its names still import from here.
-_MOVED = ("BaseModel", "DataPreprocessor", "make_train_step", "parse_losses", "to_device",
-          "train_step", "val_step", "test_step", "unwrap_model")
-
-
-def __getattr__(name: str) -> Callable[..., Any]:
-    if name in _MOVED:
-        from . import steps
-
-        return getattr(steps, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""The toy model for tests: a plain ``nn.Module`` following the model contract (docs/design.md)."""
+"""The toy model for tests: a plain ``nn.Module`` following the model contract (docs/models.md#the-model-contract)."""
 
 from __future__ import annotations
 

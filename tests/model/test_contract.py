@@ -145,14 +145,13 @@ def test_docs_show_the_contract_table():
     assert describe() in (ROOT / "docs" / "models.md").read_text()
 
 
-def test_step_names_still_import_from_contract():
-    from libai.model import contract, steps
+def test_step_names_import_from_libai_model():
+    import libai.model
+    from libai.model import steps
 
     for name in ("BaseModel", "make_train_step", "parse_losses", "to_device", "unwrap_model",
                  "train_step", "val_step", "test_step", "DataPreprocessor"):
-        assert getattr(contract, name) is getattr(steps, name)
-    with pytest.raises(AttributeError):
-        contract.no_such_name  # noqa: B018
+        assert getattr(libai.model, name) is getattr(steps, name)
 
 
 def test_config_classes_spell_out_their_arguments_for_the_registry():

@@ -233,7 +233,7 @@ def test_runner_refuses_other_dims_or_model_type_in_one_line(tmp_path, gpt2_fold
     bert = dict(type="BertForPreTraining", vocab_size=99, hidden_size=32, num_layers=2,
                 num_heads=4, ffn_hidden_size=37, max_position_embeddings=64)
     with pytest.raises(CheckpointError) as exc:
-        make_runner(tmp_path, bert).load_checkpoint(folder)
+        make_runner(tmp_path, bert).checkpointer.load_weights(folder)
     msg = str(exc.value)
     assert "\n" not in msg and "holds a 'gpt2' model" in msg and "BertForPreTraining" in msg
     assert "model.type='GPTForCausalLM'" in msg

@@ -1,10 +1,12 @@
-"""Checkpoint files: atomic saves with manifests, safe loads, resuming and weight-load reports.
+"""Checkpoints: the :class:`Checkpointer` that saves and restores a run from named stateful parts,
+and under it the files: atomic saves with manifests, safe loads, the work dir, weight-load reports.
 
-This package saves and loads dicts and files; it knows nothing of the runner or hooks. See
-``docs/checkpoint.md`` for the on-disk layout and the guarantees.
+Nothing here knows the runner or a hook: the runner hands the checkpointer its parts and a
+``call_hook`` function. See ``docs/checkpoint.md`` for the on-disk layout and the guarantees.
 """
 
 from .async_saver import AsyncCheckpointSaver
+from .checkpointer import Checkpointer
 from .io import CHECKPOINT_SUFFIXES, load_checkpoint, save_checkpoint
 from .manifest import is_complete, manifest_path, read_manifest, verify_checkpoint
 from .model_state import (
@@ -30,6 +32,7 @@ from .workdir import (
 
 __all__ = [
     "AsyncCheckpointSaver",
+    "Checkpointer",
     "CHECKPOINT_SUFFIXES",
     "DAMAGED_SUFFIX",
     "LATEST_NAME",

@@ -25,67 +25,19 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from torch import nn
 
 from libai.utils import dist
 from libai.utils.errors import CheckpointError, ConfigError, LibaiError
 
+from .parts import HookStates, Stateful, StateList
 from .resume_check import check_resume_config, config_json
+from .workdir import find_resumable, set_damaged_aside
 
 __all__ = ["Checkpointer", "HookStates", "Stateful", "StateList"]
-
-
-class Stateful(Protocol):
-    """What a part of a checkpoint provides (the same protocol as ``torch.distributed.checkpoint``)."""
-
-    def state_dict(self) -> Any: ...
-
-    def load_state_dict(self, state: Any) -> None: ...
-
-
-class StateList:
-    """A list of stateful objects as one part (the parameter schedulers): a list of states."""
-
-    def __init__(self, items: Iterable[Any]) -> None:
-        self.items = list(items)
-
-    def state_dict(self) -> list:
-        return [item.state_dict() for item in self.items]
-
-    def load_state_dict(self, state: list) -> None:
-        for item, st in zip(self.items, state):
-            item.load_state_dict(st)
-
-
-class HookStates:
-    """The stateful hooks as one part, keyed by ``hook.state_key`` (``Key#2`` for a second hook
-    with the same key). ``hooks`` is called at each save and load: hooks may be added until then."""
-
-    def __init__(self, hooks: Callable[[], Iterable[Any]]) -> None:
-        self.hooks = hooks
-
-    def by_key(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for hook in self.hooks():
-            if hook.is_stateful():
-                key, n = hook.state_key, 1
-                while key in out:
-                    n += 1
-                    key = f"{hook.state_key}#{n}"
-                out[key] = hook
-        return out
-
-    def state_dict(self) -> dict:
-        return {key: hook.state_dict() for key, hook in self.by_key().items()}
-
-    def load_state_dict(self, state: dict) -> None:
-        hooks = self.by_key()
-        for key, st in state.items():
-            if key in hooks:
-                hooks[key].load_state_dict(st)
 
 
 class Checkpointer:
@@ -282,7 +234,7 @@ class Checkpointer:
                 the new checkpoint records that it must rerun).
         """
         if self.schedule is not None:
-            path = self.schedule.save_now(iteration, force=force)
+            path = self.schedule.save_now(self, iteration, force=force)
         else:  # checkpoints are off in the config: the one at the stop is written all the same
             path = self.save(f"iter_{iteration}.pth")
         return os.path.abspath(path)
@@ -362,29 +314,11 @@ class Checkpointer:
         BERT or GPT-2 model: its weights are converted to this model's names first, after
         checking that the folder's model type and dimensions match the built model.
         """
-        from libai.model.zoo.hf import hf_state_dict_for, is_hf_folder
+        from .weights import load_weights
 
-        from .io import load_checkpoint
-        from .model_state import load_model_state
-        from .sharded import load_full_into_sharded, load_sharded
-
-        if is_hf_folder(path):
-            weights = hf_state_dict_for(self.unwrapped_model, path)
-        else:
-            ckpt = load_checkpoint(path)
-            weights = ckpt.get("state_dict", ckpt)
-            if "sharded" in ckpt:  # every rank reads its part, resharded to this run's layout
-                load_sharded(path, ckpt["sharded"], self.unwrapped_model, None)
-                weights = None
-            it = ckpt.get("meta", {}).get("iter") if isinstance(ckpt.get("meta"), dict) else None
-            if isinstance(it, int) and not isinstance(it, bool) and it >= 0:
-                self.loaded_iter = it
-        if weights is None:
-            report = ""
-        elif self._sharded:  # whole tensors into this run's shards
-            report = load_full_into_sharded(self.unwrapped_model, weights, strict=strict)
-        else:
-            report = load_model_state(self.unwrapped_model, weights, strict=strict, remap=remap)
+        report, iteration = load_weights(self.unwrapped_model, path, strict=strict, remap=remap)
+        if iteration is not None:
+            self.loaded_iter = iteration
         at = f" (iteration {self.loaded_iter})" if self.loaded_iter else ""
         self.logger.info(f"Loaded weights from {path}{at}" + (f"\n{report}" if str(report) else ""))
         return report
@@ -453,11 +387,12 @@ class Checkpointer:
         self._restored = True
         resume, load_from = self.cfg.get("resume"), self.cfg.get("load_from")
         if resume and not weights_only:
-            path = resume if isinstance(resume, str) else self._find_resumable()
+            path = resume if isinstance(resume, str) else find_resumable(self.work_dir, self.logger)
             if path is not None:
                 self.resume(path)
                 return
-            self._set_damaged_aside()
+            policy = dict(self.cfg.get("resume_options") or {}).get("damaged", "stop")
+            set_damaged_aside(self.work_dir, policy, self.logger)
             self.logger.info(f"resume: no complete checkpoint in {self.work_dir}; starting fresh.")
         if load_from:
             opts = dict(load_from) if isinstance(load_from, dict) else {"path": load_from}
@@ -488,43 +423,6 @@ class Checkpointer:
             self.series_dir = folder
             self.logger.info(f"Scalars continue the series in {folder}.")
 
-    def _set_damaged_aside(self) -> None:
-        """Nothing to resume from, but damaged checkpoints are there: stop, naming them, unless
-        ``resume_options.damaged='rename'`` (``--move-damaged``) asks to move them aside to
-        ``*.damaged`` first. Training over them would overwrite bytes the user may recover.
-        Files without a manifest (a save cut short, e.g. by kill -9) are moved aside without
-        asking: they never were complete, and a restarted worker must be able to start fresh."""
-        from .manifest import manifest_path, move_aside
-        from .workdir import damaged_checkpoints
-
-        found = None
-        if dist.is_main_process():
-            found = [(str(p), manifest_path(p).exists())
-                     for p in damaged_checkpoints(self.work_dir)]
-        found = dist.broadcast_object(found)
-        if not found:
-            return
-        names = ", ".join(os.path.basename(p) for p, _ in found)
-        damaged = any(has_manifest for _, has_manifest in found)
-        policy = dict(self.cfg.get("resume_options") or {}).get("damaged", "stop")
-        if damaged and policy != "rename":
-            raise CheckpointError(
-                f"--resume: the only checkpoints in {self.work_dir} are damaged or incomplete "
-                f"({names}); nothing was changed. Move them aside yourself, or pass --move-damaged "
-                f"(resume_options=dict(damaged='rename')) to rename them to *.damaged, keeping "
-                f"every byte, and start fresh.")
-        if dist.is_main_process():
-            for path, _ in found:
-                move_aside(path)
-        dist.barrier()
-        what = "damaged" if damaged else "unfinished (no manifest: a save was cut short)"
-        self.logger.warning(f"resume: moved the {what} checkpoint(s) {names} to *.damaged, every "
-                            f"byte kept.")
-
-    def _find_resumable(self) -> str | None:
-        from .workdir import find_resumable
-
-        return find_resumable(self.work_dir, logger=self.logger)
 
 
 # parts whose place in the file is fixed (older checkpoints have them under these keys)

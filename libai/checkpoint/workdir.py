@@ -43,6 +43,7 @@ __all__ = [
     "move_aside",
     "DAMAGED_SUFFIX",
     "keep_other_runs_checkpoint",
+    "set_damaged_aside",
 ]
 
 LATEST_NAME = "latest_checkpoint"
@@ -265,3 +266,31 @@ def _free_name_in(folder: Path, name: str) -> Path:
         target, n = folder / f"{name}.{n}", n + 1
     return target
 
+
+def set_damaged_aside(work_dir: str, policy: str, logger: logging.Logger) -> None:
+    """``--resume`` found nothing to resume from, but damaged checkpoints are there: stop, naming
+    them, unless ``policy`` is ``'rename'`` (``resume_options.damaged``, ``--move-damaged``):
+    then move them aside to ``*.damaged`` first. Training over them would overwrite bytes the
+    user may recover. Files without a manifest (a save cut short, e.g. by kill -9) are moved aside
+    without asking: they never were complete, and a restarted worker must be able to start fresh.
+    Every rank calls this."""
+    found = None
+    if dist.is_main_process():
+        found = [(str(p), manifest_path(p).exists()) for p in damaged_checkpoints(work_dir)]
+    found = dist.broadcast_object(found)
+    if not found:
+        return
+    names = ", ".join(os.path.basename(p) for p, _ in found)
+    damaged = any(has_manifest for _, has_manifest in found)
+    if damaged and policy != "rename":
+        raise CheckpointError(
+            f"--resume: the only checkpoints in {work_dir} are damaged or incomplete ({names}); "
+            f"nothing was changed. Move them aside yourself, or pass --move-damaged "
+            f"(resume_options=dict(damaged='rename')) to rename them to *.damaged, keeping every "
+            f"byte, and start fresh.")
+    if dist.is_main_process():
+        for path, _ in found:
+            move_aside(path)
+    dist.barrier()
+    what = "damaged" if damaged else "unfinished (no manifest: a save was cut short)"
+    logger.warning(f"resume: moved the {what} checkpoint(s) {names} to *.damaged, every byte kept.")

@@ -1,0 +1,41 @@
+"""Load a model's weights from any checkpoint libai reads (``load_from``, ``tools/test.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from .io import load_checkpoint
+from .model_state import RemapRules, load_model_state
+from .sharded import is_sharded_model, load_full_into_sharded, load_sharded
+
+__all__ = ["load_weights"]
+
+
+def load_weights(model: nn.Module, path: str, strict: bool = True,
+                 remap: RemapRules | None = None) -> tuple[Any, int | None]:
+    """Load the weights of ``path`` into ``model``: a libai checkpoint (whole or sharded: every
+    rank reads its part, resharded to this run's layout) or a Hugging Face folder (``config.json``
+    + weights of a BERT or GPT-2 model, converted to this model's names after checking that its
+    model type and dimensions match). Returns the load report and the checkpoint's training
+    iteration (None when it has none)."""
+    from libai.model.zoo.hf import hf_state_dict_for, is_hf_folder
+
+    iteration = None
+    if is_hf_folder(path):
+        weights = hf_state_dict_for(model, path)
+    else:
+        ckpt = load_checkpoint(path)
+        weights = ckpt.get("state_dict", ckpt)
+        if "sharded" in ckpt:
+            load_sharded(path, ckpt["sharded"], model, None)
+            weights = None
+        it = ckpt.get("meta", {}).get("iter") if isinstance(ckpt.get("meta"), dict) else None
+        if isinstance(it, int) and not isinstance(it, bool) and it >= 0:
+            iteration = it
+    if weights is None:
+        return "", iteration
+    if is_sharded_model(model):  # whole tensors into this run's shards
+        return load_full_into_sharded(model, weights, strict=strict), iteration
+    return load_model_state(model, weights, strict=strict, remap=remap), iteration

@@ -5,11 +5,6 @@
         [--format {auto,text,jsonl}] [--json-key KEY] [--workers N] [--append-eod]
         [--no-progress] [--debug]
 
-Inputs are text files (one sentence per line, a blank line between documents) or JSON lines
-(one document per line, its text under --json-key). Writes PREFIX.bin, PREFIX.idx and the
-tokenizer beside them (PREFIX.tokenizer.json, and PREFIX.vocab.txt for WordPiece); open the
-result with ``corpus=dict(source="PREFIX")`` in a config.
-
 The same as ``libai preprocess-text ...``; the command is :mod:`libai.cli.preprocess_text`.
 """
 

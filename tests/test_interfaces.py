@@ -100,3 +100,18 @@ def test_a_built_runner_provides_both_views(tmp_path):
     assert not missing, f"the runner lacks declared members: {missing}"
     assert runner.writer is not None and runner.checkpointer.schedule is not None
     assert runner.checkpointer.work_dir == runner.work_dir
+
+
+def test_services_follow_registered_hooks(tmp_path):
+    """A LoggerHook or CheckpointHook registered after the build serves the others as well."""
+    from libai.hooks import CheckpointHook, LoggerHook
+    from libai.runner import Runner
+    from libai.testing import toy_config
+
+    runner = Runner.from_cfg(toy_config(work_dir=str(tmp_path),
+                                        default_hooks=dict(logger=None, checkpoint=None)))
+    assert runner.writer is None and runner.checkpointer.schedule is None
+    logger, checkpoint = LoggerHook(), CheckpointHook(interval=5)
+    runner.register_hook(logger)
+    runner.register_hook(checkpoint)
+    assert runner.writer is logger and runner.checkpointer.schedule is checkpoint

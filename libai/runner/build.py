@@ -273,3 +273,12 @@ def build_eval_loop(cfg: Any, stage: str, build_one: Any, runner: Any) -> Any:
     loaders, evaluators = build_eval_sets(loader_cfg, cfg.get(f"{stage}_evaluator"), stage, build_one)
     return build_loop(cfg.get(f"{stage}_cfg"), "ValLoop" if stage == "val" else "TestLoop",
                       f"{stage}_cfg", runner=runner, dataloader=loaders, evaluator=evaluators)
+
+
+def hook_services(hooks: list) -> tuple[Any, Any]:
+    """The hooks that serve the others: the writer (the first LoggerHook: its interval and its
+    backends) and the checkpoints' save policy (the first CheckpointHook), each None when absent."""
+    from libai.hooks import CheckpointHook, LoggerHook
+
+    writer = next((h for h in hooks if isinstance(h, LoggerHook)), None)
+    return writer, next((h for h in hooks if isinstance(h, CheckpointHook)), None)

@@ -46,7 +46,7 @@ class Runner:
 
     def __init__(self, cfg: Any, fast_dev_run: int = 0) -> None:
         from libai.config import Config
-        from libai.hooks import DEFAULT_HOOKS, CheckpointHook, LoggerHook
+        from libai.hooks import DEFAULT_HOOKS, CheckpointHook
 
         cfg = cfg if isinstance(cfg, Config) else Config(dict(cfg))
         build.validate_top_level(cfg)
@@ -85,13 +85,12 @@ class Runner:
             self.hooks = [h for h in self.hooks if not isinstance(h, CheckpointHook)]
         self.stage_index = StageIndex(self.hooks)
         self.logger.info(self.stage_index.order_text())
-        # the shared services hooks use, assembled here and nowhere else
-        self.writer = next((h for h in self.hooks if isinstance(h, LoggerHook)), None)
         self.checkpointer = Checkpointer(
             self.work_dir, self.model, self.unwrapped_model, cfg=cfg, logger=self.logger,
             call_hook=self.call_hook, meta={"seed": self.seed, "experiment_name": self.experiment_name},
             series_dir=self.log_dir, config_text=config_text, dry_run=self.fast_dev_run > 0)
-        self.checkpointer.schedule = next((h for h in self.hooks if isinstance(h, CheckpointHook)), None)
+        # the shared services hooks use, assembled here (and in register_hook) and nowhere else
+        self.writer, self.checkpointer.schedule = build.hook_services(self.hooks)
         self.checkpointer.track(message_hub=self.message_hub, hooks=HookStates(lambda: self.hooks))
         self._optim_wrapper = self._param_schedulers = None
         self._train_step = self._eval_step = None
@@ -240,6 +239,7 @@ class Runner:
         hook.priority = get_priority(hook.priority if priority is None else priority)
         self.hooks = sorted([*self.hooks, hook], key=lambda h: h.priority)  # stable: ties keep order
         self.stage_index = StageIndex(self.hooks)
+        self.writer, self.checkpointer.schedule = build.hook_services(self.hooks)
 
     # ------------------------------------------------------------------- entry points
     def train(self) -> nn.Module:

@@ -280,8 +280,14 @@ class StageIndex:
             self._index()
         return self._methods
 
+    def summary(self) -> str:
+        """One line: the hooks in priority order (printed at start-up; ``order_text`` per stage
+        under ``log_level='DEBUG'``)."""
+        names = ", ".join(f"{type(h).__name__}({h.priority})" for h in self.hooks)
+        return f"Hooks, in priority order: {names} (per stage: log_level='DEBUG')"
+
     def order_text(self) -> str:
-        """The hooks called at each stage, in order (printed at start-up)."""
+        """The hooks called at each stage, in order (logged at DEBUG level at start-up)."""
         lines = ["Hooks, in call order per stage:"]
         for stage, hooks in self.by_stage.items():
             names = ", ".join(f"{type(h).__name__}({h.priority})" for h in hooks)

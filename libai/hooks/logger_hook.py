@@ -137,7 +137,7 @@ class LoggerHook(Hook):
     def before_train(self, runner: RunnerView) -> None:
         self._training = True
         self._by_epoch = runner.max_epochs is not None
-        self._max_iters = runner.max_iters
+        self._max_iters = runner.limit_iters(runner.max_iters)  # what this run reaches (--fast-dev-run: 2)
         self._per_epoch = runner.train_loop.iters_per_epoch
         self._start_iter = runner.iter
         self._t_start = time.perf_counter()
@@ -148,7 +148,7 @@ class LoggerHook(Hook):
         # of its checkpoint (runner.checkpointer.series_dir), where what an earlier attempt logged past the
         # restored iteration is set aside, so steps never repeat or go backwards.
         self._open(runner, resume_step=runner.iter)
-        self._bar.add("train", "train", total=runner.max_iters, completed=runner.iter)
+        self._bar.add("train", "train", total=self._max_iters, completed=runner.iter)
 
     def after_train(self, runner: RunnerView) -> None:
         if self._sums.iterations:  # stopped early, between two intervals
@@ -331,7 +331,7 @@ class LoggerHook(Hook):
         if self._training and self._by_epoch and self.log_metric_by_epoch:
             head = f"Epoch({stage}) [{runner.epoch}/{runner.max_epochs}]"
         elif self._training:
-            head = f"Iter({stage}) [{runner.iter}/{runner.max_iters}]"
+            head = f"Iter({stage}) [{runner.iter}/{self._max_iters}]"
         else:
             head = f"{label} (iteration {runner.iter})"
         parts = [head] + [f"{k}: {_fmt(v)}" for k, v in scalars.items()]

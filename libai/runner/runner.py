@@ -84,7 +84,8 @@ class Runner:
         if self.fast_dev_run:  # a dry run saves nothing
             self.hooks = [h for h in self.hooks if not isinstance(h, CheckpointHook)]
         self.stage_index = StageIndex(self.hooks)
-        self.logger.info(self.stage_index.order_text())
+        self.logger.info(self.stage_index.summary())
+        self.logger.debug(self.stage_index.order_text())
         self.checkpointer = Checkpointer(
             self.work_dir, self.model, self.unwrapped_model, cfg=cfg, logger=self.logger,
             call_hook=self.call_hook, meta={"seed": self.seed, "experiment_name": self.experiment_name},
@@ -93,8 +94,7 @@ class Runner:
         self.writer, self.checkpointer.schedule = build.hook_services(self.hooks)
         self.checkpointer.track(message_hub=self.message_hub, hooks=HookStates(lambda: self.hooks))
         self._optim_wrapper = self._param_schedulers = None
-        self._train_step = self._eval_step = None
-        self._train_loop = None
+        self._train_step = self._eval_step = self._train_loop = None
         self._loops: dict[str, Any] = {}
 
     @classmethod

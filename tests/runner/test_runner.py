@@ -68,7 +68,12 @@ def test_train_writes_run_folder_and_config_is_frozen(tmp_path):
     assert os.path.exists(os.path.join(run_dir, f"{runner.timestamp}.log"))
     log = open(os.path.join(run_dir, f"{runner.timestamp}.log")).read()
     assert "Environment:" in log and "torch" in log and "Derived: iterations per epoch 8" in log
-    assert "Hooks, in call order per stage:" in log
+    # one line at INFO, the table per stage only at DEBUG (issue 27)
+    assert "Hooks, in priority order: NonFiniteLossHook(0), RuntimeInfoHook(10)," in log
+    assert "Hooks, in call order per stage:" not in log
+    debug = make(tmp_path / "debug", log_level="DEBUG")
+    with open(os.path.join(debug.log_dir, f"{debug.timestamp}.log")) as f:
+        assert "Hooks, in call order per stage:" in f.read()
     dumped = Config.fromfile(os.path.join(run_dir, "config.py"))
     assert dumped.to_dict() == runner.cfg.to_dict()
     with pytest.raises(ConfigError, match="read-only"):

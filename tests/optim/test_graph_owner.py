@@ -153,3 +153,19 @@ def test_graph_state_lives_in_one_object(libai_log):
     assert forward.report().startswith("Graph mode: eager since the optimizer update")
     wrapper.update_params(forward(x, y))  # eager now, float learning rates
     assert isinstance(wrapper.param_groups[0]["lr"], float)
+
+
+def test_the_first_compile_is_announced_before_the_wait(libai_log):
+    """A cold compile is a quiet minute on a CPU: a line says so before it starts (issue 27)."""
+    torch.manual_seed(0)
+    model = TinyRegression()
+    forward = GraphModule(model, compile=dict(backend="eager"))
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    forward(x, y).backward()
+    forward(x, y)
+    with torch.no_grad():
+        forward.eval()
+        forward(x, y)
+    announced = [m for m in libai_log if m.startswith("Graph mode: compiling")]
+    assert len(announced) == 2 and "training step" in announced[0] and "20-70 s" in announced[0]
+    assert "evaluation forward" in announced[1]

@@ -41,6 +41,14 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {' '.join(lines[:2])[:300]}"
 
 
+_COMPILING = {
+    "train": "Graph mode: compiling the training step now. A cold compile usually takes 20-70 s on a "
+             "2-core CPU with the default inductor backend (seconds with a warm compile cache, "
+             "less on a machine with more cores); the log says when it is done.",
+    "eval": "Graph mode: compiling the evaluation forward now (a new graph: seconds to a minute "
+            "on a CPU).",
+}
+
 class GraphMode:
     """The one owner of graph mode: what is compiled, whether it still is, and why not.
 
@@ -115,6 +123,8 @@ class GraphMode:
                 self._replay = (args, kwargs, torch.get_rng_state())
         phase = "train" if training else "eval"
         first = phase not in self.compile_seconds
+        if first:  # the first call compiles: say so before the wait, not only after it
+            _logger.info(_COMPILING[phase])
         start = time.perf_counter()
         recompiles = len(COMPILE_LOG.recompiles)
         try:

@@ -377,6 +377,12 @@ class Checkpointer:
             f"optimizer, schedulers, loop and sampler position, RNG states, "
             f"{len(ckpt.get('hooks', {}))} hook state(s). From the current config: everything else."
         )
+        if loop.iter >= loop.max_iters:  # a finished run: say so, rather than go on silently
+            self.logger.warning(
+                f"{os.path.basename(path)} is the end of this training (iteration {loop.iter} of "
+                f"{loop.max_iters}): nothing is left to train, so the run goes straight to what "
+                f"follows training (the test, when the config has one). To train longer, raise "
+                f"train_cfg.max_iters and pass --allow-changes train_cfg.max_iters.")
 
     def restore(self, weights_only: bool = False) -> None:
         """Apply the config's ``resume`` / ``load_from``, once per run: training resumes the

@@ -1,4 +1,5 @@
-"""Config arguments of the commands: a file, or a shipped config by name from anywhere.
+"""Config arguments of the commands: a file, or a shipped config by name from anywhere, with the
+command line's ``--cfg-options`` applied (:func:`load_config`).
 
 >>> resolve_config("configs/digits_mlp.py")   # a file that exists: as given
 >>> resolve_config("bert_tiny")               # no such file here: <package configs>/bert_tiny.py
@@ -8,13 +9,40 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from libai.config import Config
 from libai.config.loader import PACKAGE_PREFIX, SUFFIXES, package_config_root
 from libai.utils.errors import ConfigError
 from libai.utils.suggest import did_you_mean
 
-__all__ = ["resolve_config", "shipped_configs"]
+__all__ = ["load_config", "resolve_config", "shipped_configs"]
+
+
+def load_config(ref: str, options: Mapping[str, Any] | None = None) -> Config:
+    """The config ``ref`` names (:func:`resolve_config`) with ``options`` (``--cfg-options``)
+    applied. A default hook the run uses is a key one may set or switch off without ``+``
+    (``default_hooks.throughput=None``), whether or not the config file lists it."""
+    cfg = Config.fromfile(resolve_config(ref))
+    cfg.merge_from_options(_default_hook_keys(cfg, options or {}))
+    return cfg
+
+
+def _default_hook_keys(cfg: Config, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``default_hooks.<name>...`` of a default hook the config does not list, as ``+...``."""
+    from libai.hooks import DEFAULT_HOOKS
+
+    listed = cfg.get("default_hooks") or {}
+    out = {}
+    for key, value in options.items():
+        parts = str(key).split(".")
+        if (len(parts) >= 2 and parts[0] == "default_hooks" and parts[1] in DEFAULT_HOOKS
+                and parts[1] not in listed):
+            key = "+" + key
+        out[key] = value
+    return out
 
 
 def shipped_configs() -> list[str]:

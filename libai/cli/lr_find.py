@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from libai.cli.configs import resolve_config
-from libai.config import Config, add_cfg_options_argument
+from libai.cli.configs import load_config
+from libai.config import add_cfg_options_argument
 from libai.tuning.lr_find import LR_KEY, find_lr, option_words
 
 __all__ = ["main", "parse_args"]
@@ -42,8 +42,7 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args = parse_args(argv, prog)
-    cfg = Config.fromfile(resolve_config(args.config))
-    cfg.merge_from_options(args.cfg_options or {})
+    cfg = load_config(args.config, args.cfg_options)
     result = find_lr(cfg, start_lr=args.start_lr, end_lr=args.end_lr, num_iters=args.num_iters,
                      diverge=args.diverge, smooth=args.smooth, out=args.out, amp=args.amp)
     lr, lr_key, lowest = result["lr"], result["lr_key"], result["lowest"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from libai.cli.configs import resolve_config
-from libai.config import Config, add_cfg_options_argument
+from libai.cli.configs import load_config
+from libai.config import add_cfg_options_argument
 
 __all__ = ["build_parser", "main"]
 
@@ -37,8 +37,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     from libai.analysis.model_summary import model_summary
     from libai.model.summary import format_count, format_flops, format_summary
 
-    cfg = Config.fromfile(resolve_config(args.config))
-    cfg.merge_from_options(args.cfg_options or {})
+    cfg = load_config(args.config, args.cfg_options)
     summary, counted = model_summary(cfg, depth=args.depth, flops=not args.no_flops,
                                      device=args.device)
     print(format_summary(summary))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from libai.cli.configs import resolve_config
-from libai.config import Config, add_cfg_options_argument
+from libai.cli.configs import load_config
+from libai.config import add_cfg_options_argument
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -20,8 +20,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     args = parser.parse_args(argv)
 
-    cfg = Config.fromfile(resolve_config(args.config))
-    cfg.merge_from_options(args.cfg_options)
+    cfg = load_config(args.config, args.cfg_options)
     print(f"# {cfg.filename}")
     print(cfg.pretty_text, end="")
     return 0

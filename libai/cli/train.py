@@ -19,8 +19,8 @@ from collections.abc import Mapping
 
 import torch
 
-from libai.cli.configs import resolve_config
-from libai.config import Config, add_cfg_options_argument
+from libai.cli.configs import load_config
+from libai.config import add_cfg_options_argument
 from libai.runner import Runner
 from libai.utils.dist import destroy_dist
 from libai.utils.errors import ConfigError
@@ -52,8 +52,7 @@ def parse_args(argv=None, prog=None):
 
 def main(argv=None, prog=None):
     args = parse_args(argv, prog)
-    cfg = Config.fromfile(resolve_config(args.config))
-    cfg.merge_from_options(args.cfg_options or {})
+    cfg = load_config(args.config, args.cfg_options)
     if args.work_dir:
         cfg.work_dir = args.work_dir
     if args.amp or args.graph:

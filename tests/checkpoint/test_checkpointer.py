@@ -79,3 +79,14 @@ def test_the_adapters_key_hooks_and_list_states():
     counters = [Counter(), Counter()]
     StateList(counters).load_state_dict([{"n": 3}, {"n": 4}])
     assert StateList(counters).state_dict() == [{"n": 3}, {"n": 4}]
+
+
+def test_resuming_a_finished_run_says_so(tmp_path, libai_log):
+    """--resume of a run that already reached max_iters: one line says nothing is left to train
+    and what happens instead (issue 27)."""
+    Runner.from_cfg(_config(tmp_path)).train()
+    again = Runner.from_cfg(_config(tmp_path, resume=True))
+    again.train()
+    said = [m for m in libai_log if "is the end of this training" in m]
+    assert len(said) == 1 and "iteration 4 of 4" in said[0] and "--allow-changes" in said[0]
+    assert again.iter == 4

@@ -125,3 +125,20 @@ def test_the_analysis_api_keeps_its_names_after_every_submodule_is_imported():
 
     assert all(callable(f) for f in (cal_train_time, load_runs, plot_curve, summary))
     assert not hasattr(summary, "__path__") and summary.__module__ == "libai.analysis.logs"
+
+
+def test_a_default_hook_is_a_key_without_plus(tmp_path):
+    """`--cfg-options default_hooks.throughput=None` switches off a default hook the config file
+    does not list, as its natural spelling says (issue 27); a misspelled hook is still refused."""
+    from libai.cli.configs import load_config
+
+    cfg = load_config("digits_mlp", {"default_hooks.throughput": None,
+                                     "default_hooks.logger.interval": 5})
+    assert cfg.default_hooks.throughput is None and cfg.default_hooks.logger.interval == 5
+    with pytest.raises(ConfigError, match="throughputt"):
+        load_config("digits_mlp", {"default_hooks.throughputt": None})
+    proc = subprocess.run([sys.executable, "-m", "libai", "train", "digits_mlp", "--fast-dev-run",
+                           "--cfg-options", "default_hooks.throughput=None"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "ThroughputHook" not in proc.stdout + proc.stderr and "Iter [2/2]" in proc.stdout + proc.stderr

@@ -4,13 +4,23 @@ from .bert_dataset import NEXT_SENTENCE_TASKS, BertPretrainingDataset
 from .corpus import SPLITS, TextCorpus
 from .gpt_dataset import GPTDataset
 from .indexed import IndexedTokenDataset, IndexedTokenWriter, index_paths, token_dtype
+from .labeled import TASKS, LabeledTextDataset, pad_collate
 from .preprocess import preprocess_corpus, preprocess_documents
 from .reading import INPUT_FORMATS, read_documents
+from .records import BUILTIN_LABELED, genre_records, read_records
 from .shakespeare import shakespeare_documents, shakespeare_files
 from .sources import BUILTIN_CORPORA, default_cache_dir, load_corpus
 from .tokenizer import TOKENIZER_KINDS, TextTokenizer, build_tokenizer
+from .tokenizer_spec import resolve_tokenizer
 
 __all__ = [
+    "BUILTIN_LABELED",
+    "LabeledTextDataset",
+    "TASKS",
+    "genre_records",
+    "pad_collate",
+    "read_records",
+    "resolve_tokenizer",
     "BUILTIN_CORPORA",
     "INPUT_FORMATS",
     "BertPretrainingDataset",

@@ -1,0 +1,365 @@
+"""Labeled text for fine-tuning: :class:`LabeledTextDataset` and the padding collator.
+
+::
+
+    dataset = dict(
+        type="LabeledTextDataset",
+        data_files=dict(train="data/train.csv", val="data/val.csv", test="data/test.csv"),
+        split="train",
+        tokenizer="work_dirs/my_bert_hf",        # or dict(corpus="shakespeare", ...)
+        task="classification",                   # regression | multi_label | token_classification
+        text_key="text", text_pair_key="text_pair", label_key="label",
+        max_seq_length=128,
+    )
+
+The label map (``metainfo["classes"]``) is read from the **train** file of ``data_files`` (or
+given as ``classes=[...]``), so every split numbers the labels alike; a label of the val or test
+file that training never saw is an error naming it. Class names are sorted: numerically when
+every label is an integer, else as text; ``"O"`` first for token tags. The runner stores the
+classes in every checkpoint (``meta["dataset_meta"]``) and ``libai convert libai2hf`` writes them
+as ``id2label``.
+
+An item is ``{"input_ids", "token_type_ids", "labels"}`` (numpy, unpadded);
+:func:`pad_collate` pads a batch to its longest item and adds ``attention_mask``. Encoding as BERT
+does: ``[CLS] text [SEP] (text_pair [SEP])``, the pair's segment 1, truncated longest-first to
+``max_seq_length``. A byte-level BPE tokenizer (GPT-2) gives ``text <eot> (text_pair <eot>)``.
+Token classification takes words and one tag per word (a JSON list, or space-separated text in a
+CSV); the first piece of each word gets its tag, the other pieces and the specials -100.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from libai.registry import COLLATE_FUNCTIONS, DATASETS
+from libai.utils.errors import ConfigError, DataError
+from libai.utils.logging import print_log
+from libai.utils.suggest import did_you_mean
+
+from .records import BUILTIN_LABELED, genre_records, read_records
+from .tokenizer import TextTokenizer
+from .tokenizer_spec import resolve_tokenizer
+
+__all__ = ["TASKS", "LabeledTextDataset", "label_map", "pad_collate"]
+
+TASKS = ("classification", "regression", "multi_label", "token_classification")
+_IGNORE = -100
+
+
+@DATASETS.register_module()
+class LabeledTextDataset(Dataset):
+    """Labeled text from CSV, TSV or JSON-lines files (or the built-in genre set), tokenized.
+
+    Args:
+        data_files: ``dict(train=..., val=..., test=...)`` paths; one path (its records are the
+            split); or ``"shakespeare_genre"`` (libai.data.text.records).
+        tokenizer: The model's tokenizer (see libai.data.text.tokenizer_spec): a path, a
+            Hugging Face folder, or ``dict(corpus=..., type=..., vocab_size=...)``.
+        split: Which entry of ``data_files`` to read. Defaults to "train".
+        task: One of :data:`TASKS`. Defaults to "classification".
+        text_key: The text column (the words, for token classification). Defaults to "text".
+        text_pair_key: The second text of a pair; used when the records have it, None never.
+            Defaults to "text_pair".
+        label_key: The label column (tags, for token classification). Defaults to "label".
+        classes: The label names in id order. Defaults to None: read from the train file.
+        max_seq_length: Longest encoding, specials included. Defaults to 128.
+        fmt: "auto", "csv", "tsv" or "jsonl". Defaults to "auto".
+        label_sep: Separates the labels of one record in a CSV for ``multi_label``.
+            Defaults to ",".
+
+    Raises:
+        ConfigError: A bad argument (unknown task, missing split).
+        DataError: A missing column, an empty file, a label column of mixed kinds, a label the
+            train file lacks; each naming the file and line.
+    """
+
+    def __init__(self, data_files: str | os.PathLike | Mapping[str, Any], tokenizer: Any,
+                 split: str = "train", task: str = "classification", text_key: str = "text",
+                 text_pair_key: str | None = "text_pair", label_key: str = "label",
+                 classes: Sequence[str] | None = None, max_seq_length: int = 128,
+                 fmt: str = "auto", label_sep: str = ",") -> None:
+        if task not in TASKS:
+            raise ConfigError(f"LabeledTextDataset: task={task!r} is unknown."
+                              f"{did_you_mean(str(task), TASKS)} Choose from {', '.join(TASKS)}.")
+        if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) \
+                or max_seq_length < 4:
+            raise ConfigError(f"LabeledTextDataset: max_seq_length must be an int >= 4, got "
+                              f"{max_seq_length!r}.")
+        self.task, self.split, self.max_seq_length = task, split, max_seq_length
+        self.text_key, self.label_key, self.label_sep = text_key, label_key, label_sep
+        self.tokenizer: TextTokenizer = resolve_tokenizer(tokenizer)
+        self.name = data_files if isinstance(data_files, str) else "LabeledTextDataset"
+        records = _load(data_files, split, fmt)
+        self.text_pair_key = text_pair_key if text_pair_key in records[0] else None
+        _check_columns(records, [text_key, label_key] + [self.text_pair_key] * bool(self.text_pair_key))
+        if task == "regression":
+            self.classes: tuple[str, ...] | None = None
+        elif classes is not None:
+            self.classes = tuple(str(c) for c in classes)
+        else:
+            train = records if split == "train" or not isinstance(data_files, Mapping) \
+                else _load(data_files, "train", fmt)
+            self.classes = label_map(self._raw_labels(train), task)
+        self.items = self._encode(records)
+        self.lengths = np.array([len(item["input_ids"]) for item in self.items], dtype=np.int64)
+        self.metainfo = {"classes": self.classes, "task": task,
+                         "vocab_size": self.tokenizer.vocab_size, "max_seq_length": max_seq_length,
+                         "tokenizer": self.tokenizer.source}
+        print_log(f"{self.name} {split}: {len(self.items):,} samples, "
+                  f"{int(self.lengths.mean())} tokens on average; {self._counts_text()}")
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.items[index]
+
+    # ---------------------------------------------------------------------------- labels
+    def _raw_labels(self, records: list[dict[str, Any]]) -> list[tuple[Any, str]]:
+        """``(label value, where)`` of every label the records hold (every tag, per word)."""
+        out = []
+        for r in records:
+            value = r[self.label_key]
+            if self.task == "multi_label":
+                out += [(v, r["_where"]) for v in _as_list(value, self.label_sep)]
+            elif self.task == "token_classification":
+                out += [(v, r["_where"]) for v in _as_list(value, None)]
+            else:
+                out.append((value, r["_where"]))
+        return out
+
+    def _label_id(self, value: Any, where: str) -> int:
+        assert self.classes is not None
+        name = str(value)
+        try:
+            return self.classes.index(name)
+        except ValueError:
+            raise DataError(
+                f"{where}: label {name!r} is not one of the training labels "
+                f"({', '.join(self.classes)}).{did_you_mean(name, self.classes)} Fix the label, "
+                f"or list every label with classes=[...].") from None
+
+    def _target(self, record: dict[str, Any]) -> Any:
+        value, where = record[self.label_key], record["_where"]
+        if self.task == "regression":
+            try:
+                return np.float32(float(value))
+            except (TypeError, ValueError):
+                raise DataError(f"{where}: label {value!r} is not a number (task='regression')."
+                                ) from None
+        if self.task == "multi_label":
+            hot = np.zeros(len(self.classes), dtype=np.float32)
+            for v in _as_list(value, self.label_sep):
+                hot[self._label_id(v, where)] = 1.0
+            return hot
+        return self._label_id(value, where)
+
+    def _counts_text(self) -> str:
+        if self.task == "regression":
+            y = np.array([item["labels"] for item in self.items], dtype=np.float64)
+            return f"labels: mean {y.mean():.3g}, std {y.std():.3g}, range [{y.min():.3g}, {y.max():.3g}]"
+        counts: Counter = Counter()
+        for item in self.items:
+            labels = np.atleast_1d(item["labels"])
+            if self.task == "multi_label":
+                counts.update(np.flatnonzero(labels).tolist())
+            else:
+                counts.update(labels[labels != _IGNORE].tolist())
+        total = sum(counts.values()) or 1
+        return "labels: " + ", ".join(f"{name} {counts[i]:,} ({100 * counts[i] / total:.0f}%)"
+                                      for i, name in enumerate(self.classes))
+
+    # -------------------------------------------------------------------------- encoding
+    def _encode(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self.task == "token_classification":
+            return [self._encode_words(r) for r in records]
+        texts = [_text(r, self.text_key) for r in records]
+        pairs = [_text(r, self.text_pair_key) for r in records] if self.text_pair_key else None
+        ids_a = self.tokenizer.encode_batch(texts)
+        ids_b = self.tokenizer.encode_batch(pairs) if pairs else [None] * len(records)
+        return [{**self.frame(a, b), "labels": self._target(r)}
+                for a, b, r in zip(ids_a, ids_b, records)]
+
+    def encode_text(self, text: str, text_pair: str | None = None) -> dict[str, np.ndarray]:
+        """One unlabeled input as the model reads it (for predicting on new text)."""
+        a = self.tokenizer.encode(text)
+        return self.frame(a, self.tokenizer.encode(text_pair) if text_pair is not None else None)
+
+    def frame(self, a: list[int], b: list[int] | None = None) -> dict[str, np.ndarray]:
+        """Token ids framed with the specials and truncated longest-first."""
+        tok = self.tokenizer
+        wordpiece = tok.kind == "wordpiece"
+        specials = (2 if wordpiece else 1) + (b is not None)
+        a, b = _truncate(list(a), None if b is None else list(b), self.max_seq_length - specials)
+        if wordpiece:
+            ids = [tok.cls_id, *a, tok.sep_id] + ([*b, tok.sep_id] if b is not None else [])
+            types = [0] * (len(a) + 2) + [1] * ((len(b) + 1) if b is not None else 0)
+        else:
+            ids = [*a, tok.eod_id] + ([*b, tok.eod_id] if b is not None else [])
+            types = [0] * len(ids)
+        return {"input_ids": np.array(ids, dtype=np.int64),
+                "token_type_ids": np.array(types, dtype=np.int8)}
+
+    def _encode_words(self, record: dict[str, Any]) -> dict[str, Any]:
+        words = _as_list(record[self.text_key], None)
+        tags = _as_list(record[self.label_key], None)
+        where = record["_where"]
+        if len(words) != len(tags):
+            raise DataError(f"{where}: {len(words)} words but {len(tags)} tags in "
+                            f"'{self.label_key}': give one tag per word.")
+        enc = self.tokenizer.backend.encode([str(w) for w in words], is_pretokenized=True,
+                                            add_special_tokens=False)
+        ids, labels, previous = [], [], None
+        for piece, word in zip(enc.ids, enc.word_ids):
+            ids.append(piece)
+            labels.append(self._label_id(tags[word], where) if word != previous else _IGNORE)
+            previous = word
+        item = self.frame(ids)  # truncates
+        wordpiece = self.tokenizer.kind == "wordpiece"
+        kept = labels[: len(item["input_ids"]) - (2 if wordpiece else 1)]
+        framed = [_IGNORE, *kept, _IGNORE] if wordpiece else [*kept, _IGNORE]  # like the ids
+        item["labels"] = np.array(framed, dtype=np.int64)
+        return item
+
+
+# -------------------------------------------------------------------------------- helpers
+def _load(data_files: Any, split: str, fmt: str) -> list[dict[str, Any]]:
+    if isinstance(data_files, str) and data_files in BUILTIN_LABELED:
+        return genre_records(split)
+    if isinstance(data_files, Mapping):
+        if split not in data_files:
+            raise ConfigError(f"LabeledTextDataset: split={split!r} is not in data_files "
+                              f"({', '.join(map(str, data_files))}).{did_you_mean(split, list(data_files))}")
+        path = data_files[split]
+    elif isinstance(data_files, (str, os.PathLike)):
+        path = data_files
+        if not os.path.exists(path) and os.sep not in str(path) and "." not in str(path):
+            raise DataError(f"Unknown labeled set {path!r}.{did_you_mean(str(path), BUILTIN_LABELED)} "
+                            f"Give CSV/TSV/JSON-lines files or one of {', '.join(BUILTIN_LABELED)}.")
+    else:
+        raise ConfigError(f"LabeledTextDataset: data_files must be a path, a dict of paths by "
+                          f"split or {BUILTIN_LABELED[0]!r}, got {type(data_files).__name__}.")
+    return read_records(path, fmt)
+
+
+def _truncate(a: list[int], b: list[int] | None, budget: int) -> tuple[list[int], list[int] | None]:
+    """Cut the longer of the two until both fit ``budget`` tokens (Hugging Face's
+    "longest_first")."""
+    if b is None:
+        return a[:budget], None
+    while len(a) + len(b) > budget:
+        if len(a) >= len(b):
+            a.pop()
+        else:
+            b.pop()
+    return a, b
+
+
+def _check_columns(records: list[dict[str, Any]], keys: list[str]) -> None:
+    for r in records:
+        missing = [k for k in keys if k not in r or r[k] is None]
+        if missing:
+            have = [k for k in r if k != "_where"]
+            raise DataError(
+                f"{r['_where']} has no {missing[0]!r} column.{did_you_mean(missing[0], have)} "
+                f"Its columns: {', '.join(have)}; name yours with text_key=..., label_key=... "
+                f"(text_pair_key=None for single texts).")
+
+
+def _text(record: dict[str, Any], key: str) -> str:
+    value = record[key]
+    if not isinstance(value, str):
+        raise DataError(f"{record['_where']}: {key!r} is a {type(value).__name__}, not text.")
+    return value
+
+
+def _as_list(value: Any, sep: str | None) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(sep) if v.strip()]
+    return [value]
+
+
+def label_map(labels: list[tuple[Any, str]], task: str) -> tuple[str, ...]:
+    """The sorted class names of ``(label, where)`` pairs (see the module docstring).
+
+    Raises:
+        DataError: No labels, or labels of mixed kinds (numbers and text; an empty label).
+    """
+    if not labels:
+        raise DataError("The train file holds no labels.")
+    kinds = {}
+    for value, where in labels:
+        kinds.setdefault(_kind(value), (value, where))
+    if len(kinds) > 1 or "empty" in kinds:
+        shown = "; ".join(f"{k} {v!r} at {w}" for k, (v, w) in kinds.items())
+        raise DataError(f"The label column mixes kinds of values ({shown}): make every label "
+                        f"a class name, or every label an integer id.")
+    names = {str(v) for v, _ in labels}
+    if "int" in kinds:
+        ordered = sorted(names, key=lambda s: int(float(s)))
+    else:
+        ordered = sorted(names)
+    if task == "token_classification" and "O" in names:
+        ordered = ["O"] + [n for n in ordered if n != "O"]
+    return tuple(ordered)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool) or value is None or value == "":
+        return "empty" if value in (None, "") else "bool"
+    if isinstance(value, int) or (isinstance(value, str) and value.strip().lstrip("-").isdigit()):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    return "text" if isinstance(value, str) else type(value).__name__
+
+
+@COLLATE_FUNCTIONS.register_module()
+def pad_collate(batch: Sequence[Mapping[str, Any]], pad_id: int = 0,
+                pad_to_multiple_of: int | None = None) -> dict[str, torch.Tensor]:
+    """Pad a batch of :class:`LabeledTextDataset` items to its longest one (right padding).
+
+    ``input_ids`` pad with ``pad_id``, ``token_type_ids`` with 0, per-token ``labels`` with
+    -100; ``attention_mask`` is 1 on tokens, 0 on padding. Whole-sequence labels are stacked.
+
+    Args:
+        batch: The items.
+        pad_id: The padding token id (BERT's ``[PAD]`` is 0). Defaults to 0.
+        pad_to_multiple_of: Round the padded length up to a multiple of it (tensor cores like
+            multiples of 8). Defaults to None.
+    """
+    length = max(len(item["input_ids"]) for item in batch)
+    if pad_to_multiple_of:
+        length = -(-length // pad_to_multiple_of) * pad_to_multiple_of
+    n = len(batch)
+    ids = torch.full((n, length), pad_id, dtype=torch.long)
+    types = torch.zeros((n, length), dtype=torch.long)
+    mask = torch.zeros((n, length), dtype=torch.long)
+    for i, item in enumerate(batch):
+        k = len(item["input_ids"])
+        ids[i, :k] = torch.from_numpy(np.asarray(item["input_ids"], dtype=np.int64))
+        types[i, :k] = torch.from_numpy(np.asarray(item["token_type_ids"], dtype=np.int64))
+        mask[i, :k] = 1
+    out = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    if "labels" in batch[0]:
+        out["labels"] = _stack_labels([item["labels"] for item in batch], length)
+    return out
+
+
+def _stack_labels(labels: list[Any], length: int) -> torch.Tensor:
+    first = np.asarray(labels[0])
+    if first.ndim == 1 and np.issubdtype(first.dtype, np.integer):  # per token: pad with -100
+        out = torch.full((len(labels), length), _IGNORE, dtype=torch.long)
+        for i, row in enumerate(labels):
+            out[i, : len(row)] = torch.from_numpy(np.asarray(row, dtype=np.int64))
+        return out
+    return torch.from_numpy(np.stack([np.asarray(v) for v in labels]))

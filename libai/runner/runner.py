@@ -142,6 +142,9 @@ class Runner:
     def _build_loader(self, cfg: Any, section: str) -> Any:
         loader = build.build_loader(cfg, section, self.seed, self.data_parallel, self._diff_rank_seed)
         build.check_model_fits_data(self.unwrapped_model, loader, section)
+        meta = build.dataset_meta(loader)
+        if section == "train_dataloader" and meta:  # the label names travel with the weights
+            self.checkpointer.meta["dataset_meta"] = meta
         return loader
 
     @property

@@ -1,0 +1,44 @@
+# Fine-tunes the bert_tiny checkpoint to tell the genre of a Shakespeare passage (comedy, history,
+# tragedy; plays held out by play). In a few minutes on 2 CPU cores:
+#   python tools/train.py configs/bert_tiny.py          # pretrain first: work_dirs/bert_tiny/iter_1500.pth
+#   python tools/train.py configs/bert_tiny_genre.py
+#   python tools/test.py configs/bert_tiny_genre.py work_dirs/bert_tiny_genre/best_val_accuracy_*.pth
+# From a Hugging Face BERT folder instead: --cfg-options load_from.path=FOLDER and its tokenizer
+# (train_dataloader.dataset.tokenizer=FOLDER, the same for val and test) and dimensions.
+# docs/finetune.md walks through it, with one's own CSV.
+_base_ = ["_base_/datasets/shakespeare_genre.py", "_base_/default_runtime.py"]
+
+model = dict(  # bert_tiny's dimensions and a 3-way classifier on the pooled [CLS]
+    type="BertForSequenceClassification",
+    vocab_size=8192,
+    hidden_size=128,
+    num_layers=2,
+    num_heads=2,
+    ffn_hidden_size=512,
+    max_position_embeddings=128,
+    num_classes=3,
+)
+# strict=False: the pretraining heads (mlm_head, sentence_head) are left out and the classifier
+# starts from its init; the run's log lists both
+load_from = dict(path="work_dirs/bert_tiny/iter_1500.pth", strict=False)
+
+# BERT's fine-tuning recipe (Devlin et al. 2019, appendix A.3) with a small model's larger rate:
+# AdamW, no decay on biases and LayerNorm, 10% linear warm-up then linear decay, 3 epochs
+# (6,957 training passages / 32 = 218 steps each)
+optim_wrapper = dict(
+    type="OptimWrapper",
+    optimizer=dict(type="AdamW", lr=3e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01),
+    paramwise_cfg=dict(bias_decay_mult=0.0, norm_decay_mult=0.0),
+    clip_grad=dict(type="norm", max_norm=1.0),
+)
+param_scheduler = [
+    dict(type="LinearLR", start_factor=1e-3, begin=0, end=dict(iters=100, at_most=0.1)),
+    dict(type="PolyLR", power=1.0, eta_min=0.0, begin=dict(iters=100, at_most=0.1), end=-1),
+]
+# evaluate every 100 steps
+train_cfg = dict(type="IterBasedTrainLoop", max_iters=650, val_interval=100)
+val_cfg = dict(type="ValLoop")
+test_cfg = dict(type="TestLoop")
+# keep the best checkpoint by validation accuracy (any logged metric works), and the last one
+default_hooks = dict(checkpoint=dict(interval=100, max_keep_ckpts=1, save_best="val/accuracy"))
+work_dir = "work_dirs/bert_tiny_genre"

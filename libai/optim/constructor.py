@@ -5,8 +5,8 @@
     optim_wrapper = dict(
         type="OptimWrapper",                       # or "AmpOptimWrapper"
         optimizer=dict(type="AdamW", lr=1e-3, weight_decay=0.01),
-        paramwise_cfg=dict(bias_decay_mult=0.0, norm_decay_mult=0.0,
-                           custom_keys={"head": dict(lr_mult=10.0, decay_mult=0.0)}),
+        paramwise_cfg=dict(bias_decay_mult=0.0, norm_decay_mult=0.0, layer_decay_rate=0.65,
+                           custom_keys={"head": dict(lr_mult=10.0)}),
         clip_grad=dict(type="norm", max_norm=1.0),
         accumulative_counts=1,
         constructor="DefaultOptimWrapperConstructor",  # optional
@@ -23,6 +23,7 @@ A custom constructor is any class in OPTIM_WRAPPER_CONSTRUCTORS taking
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +35,7 @@ from libai.utils.errors import ConfigError
 from libai.utils.suggest import closest, did_you_mean
 
 from ._build import build_unwrapped
+from .layer_decay import LAYER_DECAY_KEYS, check_layer_decay_cfg, layer_decay_for
 from .optim_wrapper import OptimWrapper
 
 __all__ = ["DefaultOptimWrapperConstructor", "build_optim_wrapper", "check_optimizer_params"]
@@ -46,8 +48,14 @@ NORM_LAYERS: tuple[type[nn.Module], ...] = (
     nn.LocalResponseNorm,
 ) + ((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ())
 
-_PARAMWISE_KEYS = ("bias_lr_mult", "bias_decay_mult", "norm_decay_mult", "custom_keys")
+_MULT_KEYS = ("bias_lr_mult", "bias_decay_mult", "norm_decay_mult")
+_PARAMWISE_KEYS = (*_MULT_KEYS, "custom_keys", *LAYER_DECAY_KEYS)
 _CUSTOM_KEY_OPTIONS = ("lr_mult", "decay_mult")
+_logger = logging.getLogger("libai")
+
+
+def _is_multiplier(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value >= 0
 
 
 def _check_paramwise_cfg(cfg: Mapping[str, Any]) -> None:
@@ -58,10 +66,9 @@ def _check_paramwise_cfg(cfg: Mapping[str, Any]) -> None:
                 f"{did_you_mean(str(key), _PARAMWISE_KEYS)} Valid keys: "
                 f"{', '.join(_PARAMWISE_KEYS)}."
             )
-    for key in _PARAMWISE_KEYS[:3]:  # float() of them would fail only at the first step
+    for key in _MULT_KEYS:  # float() of them would fail only at the first step
         value = cfg.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or value < 0):
+        if value is not None and not _is_multiplier(value):
             raise ConfigError(f"optim_wrapper.paramwise_cfg.{key}={value!r}: expected a number "
                               f">= 0 (or None: no multiplier).")
     custom = cfg.get("custom_keys") or {}
@@ -71,13 +78,21 @@ def _check_paramwise_cfg(cfg: Mapping[str, Any]) -> None:
             f"dict(lr_mult=..., decay_mult=...), got {type(custom).__name__}."
         )
     for name, opts in custom.items():
-        bad = [k for k in (opts or {}) if k not in _CUSTOM_KEY_OPTIONS]
-        if not isinstance(opts, Mapping) or bad:
+        bad = [k for k in opts if k not in _CUSTOM_KEY_OPTIONS] if isinstance(opts, Mapping) else []
+        if not isinstance(opts, Mapping) or bad or not opts:
             hint = did_you_mean(str(bad[0]), _CUSTOM_KEY_OPTIONS) if bad else ""
             raise ConfigError(
                 f"optim_wrapper.paramwise_cfg.custom_keys[{name!r}] must be a dict with keys "
-                f"among {', '.join(_CUSTOM_KEY_OPTIONS)}, got {opts!r}.{hint}"
+                f"among {', '.join(_CUSTOM_KEY_OPTIONS)} (an option it leaves out keeps the "
+                f"other rules' value), got {opts!r}.{hint}"
             )
+        for option, value in opts.items():
+            if not _is_multiplier(value):
+                raise ConfigError(
+                    f"optim_wrapper.paramwise_cfg.custom_keys[{name!r}].{option}={value!r}: "
+                    f"expected a number >= 0."
+                )
+    check_layer_decay_cfg(cfg)
 
 
 def _signature_default(optimizer_cls: Any, name: str) -> Any:
@@ -97,13 +112,18 @@ class DefaultOptimWrapperConstructor:
     ``paramwise_cfg`` sets per-parameter multipliers of the optimizer's ``lr`` and
     ``weight_decay``:
 
-    - ``custom_keys``: ``{substring: dict(lr_mult=..., decay_mult=...)}``; a parameter whose
-      full name contains the substring gets these multipliers (the longest matching key wins)
-      and no other rule applies to it.
     - ``bias_lr_mult`` / ``bias_decay_mult``: parameters named ``*.bias``.
     - ``norm_decay_mult``: every parameter of a normalization layer (BatchNorm, LayerNorm,
       GroupNorm, InstanceNorm, LocalResponseNorm, RMSNorm); it takes precedence over
       ``bias_decay_mult`` for a norm layer's bias.
+    - ``custom_keys``: ``{substring: dict(lr_mult=..., decay_mult=...)}``; for a parameter whose
+      full name contains the substring (the longest matching key wins), an option the entry
+      names replaces the one the rules above give; an option it leaves out keeps theirs
+      (``{"classifier": dict(lr_mult=10)}`` with ``bias_decay_mult=0``: the classifier's bias
+      still has no weight decay).
+    - ``layer_decay_rate`` (and ``layer_decay_blocks``): layer-wise lr decay
+      (:mod:`libai.optim.layer_decay`); its factor multiplies the ``lr_mult`` of the rules
+      above, custom keys included.
 
     Parameters that end up with the same options share one group. Frozen parameters
     (``requires_grad=False``) are left out of the optimizer.
@@ -183,29 +203,36 @@ class DefaultOptimWrapperConstructor:
 
     def _multipliers(self, name: str, is_norm: bool, keys: list[str]) -> tuple[float, float]:
         """(lr_mult, decay_mult) of the parameter called ``name``; ``keys`` longest first."""
-        for key in keys:
-            if key in name:
-                opts = self.paramwise_cfg["custom_keys"][key]
-                return float(opts.get("lr_mult", 1.0)), float(opts.get("decay_mult", 1.0))
         cfg = self.paramwise_cfg
         is_bias = name.endswith(".bias") or name == "bias"
-        lr_mult = float(cfg.get("bias_lr_mult", 1.0)) if is_bias else 1.0
+        lr_mult = 1.0
+        if is_bias and cfg.get("bias_lr_mult") is not None:
+            lr_mult = float(cfg["bias_lr_mult"])
         decay_mult = 1.0
         if is_norm and cfg.get("norm_decay_mult") is not None:
             decay_mult = float(cfg["norm_decay_mult"])
         elif is_bias and cfg.get("bias_decay_mult") is not None:
             decay_mult = float(cfg["bias_decay_mult"])
+        key = next((k for k in keys if k in name), None)
+        if key is not None:  # the entry overrides only the options it names
+            opts = cfg["custom_keys"][key]
+            lr_mult = float(opts.get("lr_mult", lr_mult))
+            decay_mult = float(opts.get("decay_mult", decay_mult))
         return lr_mult, decay_mult
 
     def param_groups(self, model: nn.Module) -> list[dict[str, Any]]:
         """Parameter groups of ``model`` per ``paramwise_cfg``, identical options merged.
 
         Raises:
-            ConfigError: a custom key matches no parameter name.
+            ConfigError: a custom key matches no parameter name, or layer decay finds no
+                blocks.
         """
         custom = self.paramwise_cfg.get("custom_keys") or {}
         keys = sorted(custom, key=len, reverse=True)
         base_lr, base_wd = self._base_values()
+        rate = self.paramwise_cfg.get("layer_decay_rate")
+        decay = None if rate is None else layer_decay_for(
+            model, rate, self.paramwise_cfg.get("layer_decay_blocks"))
         groups: dict[tuple, dict[str, Any]] = {}
         seen: set[int] = set()
         names: list[str] = []
@@ -218,6 +245,8 @@ class DefaultOptimWrapperConstructor:
                     continue
                 seen.add(id(param))
                 lr_mult, decay_mult = self._multipliers(name, is_norm, keys)
+                if decay is not None:
+                    lr_mult *= decay.scale(param)
                 options: dict[str, Any] = {}
                 if lr_mult != 1.0 and base_lr is not None:
                     options["lr"] = base_lr * lr_mult
@@ -226,6 +255,9 @@ class DefaultOptimWrapperConstructor:
                 group = groups.setdefault(tuple(sorted(options.items())), {"params": [], **options})
                 group["params"].append(param)
         self._check_custom_keys(keys, names, model)
+        if decay is not None:
+            _logger.info(decay.summary((n, p) for n, p in model.named_parameters()
+                                       if p.requires_grad))
         return list(groups.values())
 
     @staticmethod

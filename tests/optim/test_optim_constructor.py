@@ -161,3 +161,38 @@ def test_custom_constructor():
     cfg = dict(_cfg(), constructor="HeadOnlyConstructor")
     wrapper = build_optim_wrapper(Net(), cfg)
     assert sum(len(g["params"]) for g in wrapper.param_groups) == 2
+
+
+def test_custom_key_sets_only_the_options_it_names():
+    model = Net()
+    cfg = _cfg(bias_decay_mult=0.0, norm_decay_mult=0.0, custom_keys={"head": dict(lr_mult=10)})
+    groups = build_optim_wrapper(model, cfg).param_groups
+    options = {n: (g["lr"], g["weight_decay"]) for g in groups for n in _names(model, g)}
+    assert options["head.bias"] == pytest.approx((1e-2, 0.0))  # bias_decay_mult still applies
+    assert options["head.weight"] == pytest.approx((1e-2, 0.01))
+    # a norm layer matched by a key keeps norm_decay_mult; a named decay_mult replaces it
+    cfg = _cfg(norm_decay_mult=0.0, bias_decay_mult=0.0,
+               custom_keys={"backbone.4": dict(lr_mult=2), "backbone.1.bias": dict(decay_mult=1)})
+    groups = build_optim_wrapper(model, cfg).param_groups
+    options = {n: (g["lr"], g["weight_decay"]) for g in groups for n in _names(model, g)}
+    assert options["backbone.4.weight"] == pytest.approx((2e-3, 0.0))
+    assert options["backbone.4.bias"] == pytest.approx((2e-3, 0.0))
+    assert options["backbone.1.bias"] == pytest.approx((1e-3, 0.01))
+    assert options["backbone.1.weight"] == pytest.approx((1e-3, 0.0))
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({}, "must be a dict with keys among lr_mult, decay_mult"),
+    (dict(lr_mult=None), r"custom_keys\['head'\].lr_mult=None: expected a number >= 0"),
+    (dict(decay_mult="0"), r"custom_keys\['head'\].decay_mult='0'"),
+    (dict(lr_mult=-1), "lr_mult=-1"),
+    (3, "must be a dict"),
+])
+def test_bad_custom_key_entries(entry, message):
+    with pytest.raises(ConfigError, match=message):
+        build_optim_wrapper(Net(), _cfg(custom_keys={"head": entry}))
+
+
+def test_bias_lr_mult_none_means_no_multiplier():
+    groups = build_optim_wrapper(Net(), _cfg(bias_lr_mult=None)).param_groups
+    assert len(groups) == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import math
 import warnings
 from typing import Any
 
@@ -9,26 +11,63 @@ import torch
 
 from libai.registry import LOOPS
 from libai.utils.dist import all_reduce_max, all_reduce_mean
+from libai.utils.errors import ConfigError
 from libai.utils.signals import StopRequested
 
 from .base import BaseLoop, LoopRunner
 
-__all__ = ["ValLoop", "TestLoop", "metric_names_of"]
+__all__ = ["BatchLimit", "ValLoop", "TestLoop", "check_limit_batches", "metric_names_of"]
+
+# An int: at most that many batches per set; a float in (0, 1]: that share of them, rounded up.
+# (A named alias, not a plain annotation, so that the loop's own check words the error.)
+BatchLimit = int | float
+_logger = logging.getLogger("libai")
+
+
+def check_limit_batches(value: Any, key: str) -> BatchLimit | None:
+    """``value`` if it is a valid ``limit_batches`` (None, an int >= 1, a float in (0, 1]).
+
+    Raises:
+        ConfigError: anything else, naming ``key`` (e.g. ``val_cfg.limit_batches``).
+    """
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, float) and 0 < value <= 1:
+        return value
+    raise ConfigError(
+        f"{key}={value!r}: expected a whole number of batches >= 1 (e.g. 20: at most 20 batches "
+        f"of each set) or a share in (0, 1] (e.g. 0.25: a quarter of them, rounded up); None "
+        f"evaluates every batch.")
 
 
 class _EvalLoop(BaseLoop):
     """Runs every named set through the model and its evaluator; ``stage`` is 'val' or 'test'.
 
+    With ``limit_batches`` only the first batches of each set are evaluated, on every process
+    alike, and the metrics cover just the samples of those batches (with ``shuffle=False``, the
+    first samples of the set). ``--fast-dev-run`` then caps the count further.
+
     Args:
         runner: The runner.
         dataloader: One data loader, or a dict ``{name: dataloader}`` of several sets.
         evaluator: One evaluator (used for every set) or a dict ``{name: evaluator}``.
+        limit_batches: At most this many batches per set (an int >= 1), or this share of them
+            (a float in (0, 1], rounded up). Defaults to None: every batch.
+
+    Raises:
+        ConfigError: ``limit_batches`` is none of these.
     """
 
     stage = "val"
 
-    def __init__(self, runner: LoopRunner, dataloader: Any, evaluator: Any) -> None:
+    def __init__(self, runner: LoopRunner, dataloader: Any, evaluator: Any,
+                 limit_batches: BatchLimit | None = None) -> None:
         super().__init__(runner, dataloader)
+        self.limit_batches = check_limit_batches(limit_batches, f"{self.stage}_cfg.limit_batches")
+        self.num_batches: int | None = None  # batches the set being evaluated runs, per process
+        self._announced: set[str | None] = set()
         if isinstance(dataloader, dict):
             evals = evaluator if isinstance(evaluator, dict) else dict.fromkeys(dataloader, evaluator)
             self.sets = {name: (loader, evals[name]) for name, loader in dataloader.items()}
@@ -47,16 +86,31 @@ class _EvalLoop(BaseLoop):
         runner.model.train(was_training)
         return metrics
 
+    def batches_to_run(self, available: int) -> int:
+        """Of ``available`` batches (per process), how many an evaluation runs: ``limit_batches``
+        first, then ``--fast-dev-run`` (``runner.limit_batches``)."""
+        limit, count = self.limit_batches, available
+        if isinstance(limit, float):  # the epsilon: 0.1 * 30 is 3.0000000000000004, not above 3
+            count = max(1, math.ceil(limit * available - 1e-9)) if available else 0
+        elif limit is not None:
+            count = min(limit, available)
+        return self.runner.limit_batches(count)
+
     def _run_set(self, name: str | None, loader: Any, evaluator: Any) -> dict[str, float]:
         runner, stage = self.runner, self.stage
         prefix = f"{stage}/{name}/" if name else f"{stage}/"
-        runner.call_hook(f"before_{stage}_epoch")
-        loss_sums: dict[str, Any] = {}  # per loss term: its batch values weighted by their items
         # The evaluation samplers do not pad (runner.build_loader): each sample is seen once, and
         # the shares of the ranks differ by one sample at most, so one rank may have a batch less.
+        # Every rank runs the same number of batches: the most any rank has, limited.
         own = len(loader)
         most = all_reduce_max(own)
-        limit = runner.limit_batches(most)
+        limit = self.num_batches = self.batches_to_run(most)
+        if self.limit_batches is not None and name not in self._announced:
+            self._announced.add(name)
+            _logger.info(f"{prefix[:-1]}: {limit} of {most} batches "
+                         f"(limit_batches={self.limit_batches})")
+        runner.call_hook(f"before_{stage}_epoch")
+        loss_sums: dict[str, Any] = {}  # per loss term: its batch values weighted by their items
         stop = runner.stop_request  # set while training, polled per batch
         batches, last = iter(loader), None
         with torch.no_grad():
@@ -74,6 +128,8 @@ class _EvalLoop(BaseLoop):
                 runner.call_hook(f"after_{stage}_iter", batch_idx=idx, data_batch=batch, outputs=outputs)
                 _poll(stop, evaluator)
         dp = runner.data_parallel
+        # a partial pass: the first `limit` batches of every rank are full (a rank's last batch
+        # can be short only if it is its `most`-th), so they hold limit x batch x shares samples
         size = len(loader.dataset) if limit >= most else min(
             len(loader.dataset), limit * (loader.batch_size or 1) * dp.size)
         results = evaluator.evaluate(size, data_parallel=dp)

@@ -1,7 +1,7 @@
 """Convert checkpoints: Hugging Face folders <-> libai, sharded (FSDP / tensor parallel) <-> one file.
 
     libai convert hf2libai HF_DIR OUT.pth [--debug]
-    libai convert libai2hf CONFIG CHECKPOINT OUT_DIR
+    libai convert libai2hf CONFIG CHECKPOINT OUT_DIR [--tokenizer PATH]
         [--cfg-options key=value ...] [--debug]
     libai convert sharded2file CHECKPOINT OUT.pth
     libai convert file2sharded CHECKPOINT OUT.pth
@@ -10,7 +10,9 @@
 ``{"state_dict": ...}`` to OUT.pth (train from it with ``load_from=OUT.pth``) and prints the
 ``model = dict(...)`` to put in a config. A folder can also be given to ``load_from`` directly.
 ``libai2hf`` builds the model of CONFIG, loads CHECKPOINT's weights (strict) and writes a folder
-that ``transformers``' ``from_pretrained`` loads.
+that ``transformers``' ``from_pretrained`` loads: a classifier's ``id2label`` from the class names
+the checkpoint holds (``meta["dataset_meta"]["classes"]``, LABEL_i without them), and the
+tokenizer of the config's dataset (or ``--tokenizer``) for ``AutoTokenizer``.
 ``sharded2file`` gathers the weights of a sharded checkpoint (``iter_N.pth`` + ``iter_N.dcp/``) into
 one file, with its loop position and config, for ``tools/test.py``, ``load_from`` or any
 one-process reader; ``file2sharded`` does the opposite for the weights. (A sharded checkpoint
@@ -35,11 +37,13 @@ from libai.checkpoint import (
 )
 from libai.checkpoint.sharded import check_sharded, save_weights_sharded
 from libai.cli.configs import resolve_config
+from libai.cli.generate import config_tokenizer
 from libai.config import Config, add_cfg_options_argument
+from libai.data.text import TextTokenizer
 from libai.model import from_hf_pretrained, save_hf_pretrained
 from libai.registry import MODELS
 from libai.runner.imports import import_custom_modules
-from libai.utils.errors import CheckpointError
+from libai.utils.errors import CheckpointError, ConfigError, DataError
 
 
 def parse_args(argv=None, prog=None):
@@ -52,6 +56,8 @@ def parse_args(argv=None, prog=None):
     libai2hf.add_argument("config", help="the libai config the checkpoint was trained with")
     libai2hf.add_argument("checkpoint", help="libai checkpoint (its 'state_dict' is used)")
     libai2hf.add_argument("out_dir", help="folder to write config.json and model.safetensors to")
+    libai2hf.add_argument("--tokenizer", help="tokenizer.json / vocab.txt / folder to write with "
+                                              "the model (default: the config's dataset's)")
     add_cfg_options_argument(libai2hf)
     to_file = sub.add_parser("sharded2file", help="sharded checkpoint -> one file (weights)")
     to_sharded = sub.add_parser("file2sharded", help="one-file checkpoint -> sharded (weights)")
@@ -81,8 +87,43 @@ def libai_to_hf(args):
     model.to_empty(device="cpu")
     ckpt = load_checkpoint(args.checkpoint)
     load_model_state(model, ckpt.get("state_dict", ckpt), strict=True)
-    save_hf_pretrained(model, args.out_dir)
-    print(f"wrote {args.out_dir}/config.json and model.safetensors ({type(model).__name__})")
+    tokenizer, tokenizer_note = _export_tokenizer(args, cfg)
+    names, names_note = _label_names(ckpt, model, args.checkpoint)
+    written = save_hf_pretrained(model, args.out_dir, label_names=names, tokenizer=tokenizer)
+    print(f"wrote {args.out_dir}: {', '.join(written)} ({type(model).__name__})")
+    for note in (names_note, tokenizer_note):
+        if note:
+            print(note)
+
+
+def _export_tokenizer(args, cfg):
+    """The tokenizer to write (--tokenizer, else the config's dataset's), and a line saying so."""
+    if args.tokenizer:
+        return TextTokenizer.load(args.tokenizer), f"tokenizer: {args.tokenizer}"
+    try:
+        tokenizer = config_tokenizer(cfg)
+    except (ConfigError, DataError) as e:  # none named, or not readable here: write the model
+        reason = str(e).split("; pass --tokenizer")[0].rstrip(".")  # the fix is said below
+        return None, (f"no tokenizer written ({reason}); to add one, run again with --tokenizer "
+                      f"PATH (a tokenizer.json, vocab.txt or a folder holding one)")
+    return tokenizer, f"tokenizer: the config's ({tokenizer.kind}, {tokenizer.vocab_size} tokens)"
+
+
+def _label_names(ckpt, model, path):
+    """A classifier's class names from the checkpoint's meta, and a line when there are none."""
+    num_classes = model.config.get("num_classes")
+    if num_classes is None:  # not a classifier
+        return None, ""
+    meta = ckpt.get("meta") if isinstance(ckpt.get("meta"), dict) else {}
+    classes = (meta.get("dataset_meta") or {}).get("classes")
+    fallback = f"LABEL_0..LABEL_{num_classes - 1}"
+    if not classes:
+        return None, (f"id2label: {fallback} ({path} holds no class names in "
+                      f"meta.dataset_meta.classes)")
+    if len(classes) != num_classes:
+        return None, (f"id2label: {fallback} (the checkpoint names {len(classes)} classes, the "
+                      f"model has num_classes={num_classes})")
+    return list(classes), f"id2label: {dict(enumerate(classes))}"
 
 
 def _keep(ckpt):

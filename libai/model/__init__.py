@@ -5,7 +5,8 @@
 - ``steps.py``: the default steps for any ``nn.Module``, and the optional ``BaseModel``.
 - ``wrappers.py``: DDP and graph mode (torch.compile) around a model.
 - ``layers/``: transformer building blocks (attention, MLP, embeddings, heads, init helpers).
-- ``zoo/``: architectures built from them (the digits MLP, BERT, GPT-2), registered in MODELS.
+- ``zoo/``: architectures built from them (the digits MLP, BERT, GPT-2) and their
+  fine-tuning heads, registered in MODELS.
 """
 
 from .contract import CONTRACT, ContractField, check_model, mean_over_data_parallel
@@ -21,15 +22,19 @@ from .steps import (
     val_step,
 )
 from .wrappers import compile_model, wrap_ddp
-from .zoo.bert import (
+from .zoo.bert import BertConfig, BertForPreTraining, BertModel, BertPreTrainingConfig
+from .zoo.bert_heads import (
     BertClassifierConfig,
-    BertConfig,
-    BertForPreTraining,
     BertForSequenceClassification,
-    BertModel,
-    BertPreTrainingConfig,
+    BertForTokenClassification,
 )
-from .zoo.gpt import GPTConfig, GPTForCausalLM, GPTModel
+from .zoo.gpt import (
+    GPTClassifierConfig,
+    GPTConfig,
+    GPTForCausalLM,
+    GPTForSequenceClassification,
+    GPTModel,
+)
 from .zoo.hf import from_hf_pretrained, load_hf_pretrained, save_hf_pretrained
 from .zoo.mlp import DigitsMLP, MLPClassifier
 
@@ -40,13 +45,16 @@ __all__ = [
     "BertConfig",
     "BertForPreTraining",
     "BertForSequenceClassification",
+    "BertForTokenClassification",
     "BertModel",
     "BertPreTrainingConfig",
     "ContractField",
     "DataPreprocessor",
     "DigitsMLP",
+    "GPTClassifierConfig",
     "GPTConfig",
     "GPTForCausalLM",
+    "GPTForSequenceClassification",
     "GPTModel",
     "MLPClassifier",
     "check_model",

@@ -253,3 +253,25 @@ def test_pretraining_weights_into_a_classifier_need_strict_false(tmp_path):
     state = hf_state_dict_for(runner.unwrapped_model, folder)
     torch.testing.assert_close(runner.unwrapped_model.bert.blocks[1].attn.q_proj.weight,
                                state["bert.blocks.1.attn.q_proj.weight"])
+
+
+def test_heads_are_told_apart_without_architectures():
+    """Folders without ``architectures``: the weights say which head (pooler or not, score)."""
+    from libai.model.zoo.hf_mapping import hf_to_libai
+
+    config = dict(model_type="bert", vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                  num_attention_heads=4, intermediate_size=37, id2label={"0": "a", "1": "b",
+                                                                         "2": "c"})
+    state = {"bert.embeddings.word_embeddings.weight": torch.zeros(99, 32),
+             "classifier.weight": torch.zeros(3, 32), "classifier.bias": torch.zeros(3)}
+    cfg, _ = hf_to_libai(config, dict(state))
+    assert cfg["type"] == "BertForTokenClassification" and cfg["num_classes"] == 3
+    state["bert.pooler.dense.weight"] = torch.zeros(32, 32)
+    cfg, _ = hf_to_libai(dict(config, problem_type="multi_label_classification"), state)
+    assert cfg["type"] == "BertForSequenceClassification"
+    assert cfg["problem_type"] == "multi_label_classification"
+    gpt = dict(model_type="gpt2", vocab_size=99, n_embd=32, n_layer=2, n_head=4, pad_token_id=7)
+    cfg, out = hf_to_libai(gpt, {"transformer.wte.weight": torch.zeros(99, 32),
+                                 "score.weight": torch.zeros(2, 32)})
+    assert cfg["type"] == "GPTForSequenceClassification" and cfg["pad_token_id"] == 7
+    assert cfg["num_classes"] == 2 and "score.weight" in out

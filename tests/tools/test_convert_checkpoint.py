@@ -54,6 +54,7 @@ def test_hf_to_libai_and_back(tmp_path, kind):
     (tmp_path / "cfg.py").write_text(text)
     out = convert("libai2hf", tmp_path / "cfg.py", tmp_path / "w.pth", tmp_path / "back")
     assert out.returncode == 0, out.stderr
+    assert "config.json" in out.stdout and "no tokenizer written" in out.stdout  # none named
     assert json.loads((tmp_path / "back" / "config.json").read_text())["model_type"] == kind
     back = type(hf).from_pretrained(tmp_path / "back").eval()
     with torch.no_grad():

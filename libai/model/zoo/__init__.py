@@ -1,17 +1,24 @@
 """Architectures, each one file, registered in ``MODELS``; ``hf.py`` and ``hf_mapping.py`` convert
-Hugging Face weights. Each family's arguments are one config object (``BertConfig``,
-``GPTConfig``; ``config.py``)."""
+Hugging Face weights (``hf_tokenizer.py`` writes the tokenizer beside them). Each family's
+arguments are one config object (``BertConfig``, ``GPTConfig``; ``config.py``). BERT's
+fine-tuning heads are in ``bert_heads.py``; the losses they and GPT's classifier share, with
+Hugging Face's ``problem_type``, in ``classification.py``."""
 
-from .bert import (
+from .bert import BertConfig, BertForPreTraining, BertModel, BertPreTrainingConfig
+from .bert_heads import (
     BertClassifierConfig,
-    BertConfig,
-    BertForPreTraining,
     BertForSequenceClassification,
-    BertModel,
-    BertPreTrainingConfig,
+    BertForTokenClassification,
 )
+from .classification import PROBLEM_TYPES
 from .config import ModelConfig
-from .gpt import GPTConfig, GPTForCausalLM, GPTModel
+from .gpt import (
+    GPTClassifierConfig,
+    GPTConfig,
+    GPTForCausalLM,
+    GPTForSequenceClassification,
+    GPTModel,
+)
 from .mlp import DigitsMLP, MLPClassifier
 
 __all__ = [
@@ -19,12 +26,16 @@ __all__ = [
     "BertConfig",
     "BertForPreTraining",
     "BertForSequenceClassification",
+    "BertForTokenClassification",
     "BertModel",
     "BertPreTrainingConfig",
     "DigitsMLP",
+    "GPTClassifierConfig",
     "GPTConfig",
     "GPTForCausalLM",
+    "GPTForSequenceClassification",
     "GPTModel",
     "MLPClassifier",
     "ModelConfig",
+    "PROBLEM_TYPES",
 ]

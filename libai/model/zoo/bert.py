@@ -19,6 +19,8 @@ Batch (a dict of tensors; B batch, S sequence, P predictions per sequence):
 padding); ``token_type_ids`` (B, S) (absent: zeros); ``mlm_positions`` (B, P) + ``mlm_labels``
 (B, P), -100 in unused slots, or ``mlm_labels`` (B, S) alone with -100 at unmasked positions;
 ``next_sentence_label`` (B,) 0 = B follows A (in order), 1 = random (swapped).
+
+The fine-tuning heads (sequence and token classification) are in ``bert_heads.py``.
 """
 
 from __future__ import annotations
@@ -46,8 +48,7 @@ from ..layers import (
 )
 from .config import ModelConfig, config_signature
 
-__all__ = ["BertClassifierConfig", "BertConfig", "BertForPreTraining",
-           "BertForSequenceClassification", "BertModel", "BertPreTrainingConfig"]
+__all__ = ["BertConfig", "BertForPreTraining", "BertModel", "BertPreTrainingConfig"]
 
 SECOND_HEADS = ("nsp", "sop", None)
 
@@ -110,20 +111,6 @@ class BertPreTrainingConfig(BertConfig):
             raise ConfigError(
                 f"model.second_head={self.second_head!r} is unknown; use 'nsp', 'sop' or None "
                 f"(MLM only).{did_you_mean(str(self.second_head), ['nsp', 'sop', 'None'])}")
-
-
-@dataclass(frozen=True)
-class BertClassifierConfig(BertConfig):
-    """:class:`BertConfig` and the classifier of :class:`BertForSequenceClassification`.
-
-    Attributes:
-        num_classes: Output classes C. Defaults to 2.
-        classifier_dropout: Dropout before the classifier; None uses ``hidden_dropout``.
-            Defaults to None.
-    """
-
-    num_classes: int = 2
-    classifier_dropout: float | None = None
 
 
 @MODELS.register_module()
@@ -272,53 +259,3 @@ class BertForPreTraining(nn.Module):
                 f"second_head={self.second_head!r} needs 'next_sentence_label' (B,) in the batch "
                 f"(0 = in order, 1 = random/swapped); or set model.second_head=None for MLM only")
         return labels
-
-
-@MODELS.register_module()
-class BertForSequenceClassification(nn.Module):
-    """BERT with a classifier on the pooled [CLS] state (Hugging Face's model of the same name).
-
-    Batch: ``input_ids``, ``attention_mask`` and ``token_type_ids`` (both optional), ``labels``
-    (B,). Train mode: ``{"loss"}``; eval mode: ``{"logits" (B, C)}`` plus ``"loss"`` when the
-    batch has labels.
-
-    Args:
-        config: The dimensions, options and classifier. Defaults to None:
-            :class:`BertClassifierConfig`'s defaults.
-        **kwargs: :class:`BertClassifierConfig` fields, on top of ``config``.
-    """
-
-    hf_model_type = "bert"
-    parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
-    __signature__ = config_signature(BertClassifierConfig)
-
-    def __init__(self, config: BertClassifierConfig | None = None, **kwargs: Any) -> None:
-        c = BertClassifierConfig.resolve(config, kwargs, type(self).__name__)
-        super().__init__()
-        self.config = c
-        self.bert = BertModel(c.narrow(BertConfig), add_pooler=True)
-        self.vocab_size, self.max_position_embeddings = c.vocab_size, c.max_position_embeddings
-        dropout = c.hidden_dropout if c.classifier_dropout is None else c.classifier_dropout
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(c.hidden_size, c.num_classes)
-        init_transformer_weights(self.classifier, c.init_std)
-
-    def init_weights(self) -> None:
-        """(Re)initialise every parameter as Hugging Face BERT does."""
-        self.bert.init_weights()
-        init_transformer_weights(self.classifier, self.config.init_std)
-
-    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        _, pooled = self.bert(batch["input_ids"], batch.get("attention_mask"),
-                              batch.get("token_type_ids"))  # (B, H)
-        logits = self.classifier(self.dropout(pooled))  # (B, C)
-        labels = batch.get("labels")
-        if self.training:
-            if labels is None:
-                raise DataError("BertForSequenceClassification needs 'labels' (B,) in a "
-                                "training batch")
-            return {"loss": F.cross_entropy(logits, labels)}
-        out = {"logits": logits}
-        if labels is not None:
-            out["loss"] = F.cross_entropy(logits.float(), labels)
-        return out

@@ -12,6 +12,9 @@ Batch: ``input_ids`` (B, S) long and ``labels`` (B, S) long, -100 where nothing 
 Train mode: ``{"loss"}`` (mean cross-entropy over the predicted tokens). Eval mode: ``{"loss",
 "nll_sum" (B,), "num_tokens" (B,), "num_correct" (B,)}``, or ``{"logits" (B, S, V)}`` when the
 batch has no labels.
+
+:class:`GPTForSequenceClassification` is Hugging Face's ``GPT2ForSequenceClassification``: a
+``score`` Linear(H, C) without bias on the hidden state of each sequence's last token.
 """
 
 from __future__ import annotations
@@ -36,9 +39,11 @@ from ..layers import (
     parallel_loss,
     scale_residual_projections,
 )
+from .classification import check_problem_type, classification_loss
 from .config import ModelConfig, config_signature
 
-__all__ = ["GPTConfig", "GPTForCausalLM", "GPTModel"]
+__all__ = ["GPTClassifierConfig", "GPTConfig", "GPTForCausalLM", "GPTForSequenceClassification",
+           "GPTModel"]
 
 
 @dataclass(frozen=True)
@@ -215,6 +220,96 @@ class GPTForCausalLM(nn.Module):
             if eos_token_id is not None and bool(done.all()):
                 break
         return ids
+
+
+@dataclass(frozen=True)
+class GPTClassifierConfig(GPTConfig):
+    """:class:`GPTConfig` and the classifier of :class:`GPTForSequenceClassification`.
+
+    Attributes:
+        num_classes: Output classes C (1 for regression). Defaults to 2.
+        problem_type: "single_label_classification", "regression" or
+            "multi_label_classification"; None picks per batch as Hugging Face does (see
+            ``libai.model.zoo.classification``). Defaults to None.
+        pad_token_id: The padding id. Without an ``attention_mask`` in the batch, the last
+            token that is not this id is scored (Hugging Face's rule); exported as the
+            ``pad_token_id`` Hugging Face needs to score batches of several sequences (not
+            ``<|endoftext|>``, which ends each text of libai's classification datasets).
+            Defaults to None: the last position, when the batch has no ``attention_mask``.
+
+    Raises:
+        ConfigError: An unknown ``problem_type`` or a ``num_classes`` below 1.
+    """
+
+    num_classes: int = 2
+    problem_type: str | None = None
+    pad_token_id: int | None = None
+
+    def __post_init__(self) -> None:
+        check_problem_type(self.problem_type, self.num_classes, "GPTClassifierConfig")
+
+
+@MODELS.register_module()
+class GPTForSequenceClassification(nn.Module):
+    """GPT-2 scoring each sequence at its last token (Hugging Face's
+    ``GPT2ForSequenceClassification``).
+
+    The last token is the last one with ``attention_mask`` 1 (right padding; causal attention
+    keeps the padding after it out of its state); without a mask, the last one that is not
+    ``pad_token_id``, or the last position when that is None. Batch: ``input_ids`` (B, S),
+    ``attention_mask`` (B, S) (optional), ``labels`` (B,) long, (B,) float or (B, C) float.
+    Train mode: ``{"loss"}``; eval mode: ``{"logits" (B, C)}`` plus ``"loss"`` with labels.
+
+    Args:
+        config: The dimensions, options and classifier. Defaults to None:
+            :class:`GPTClassifierConfig`'s defaults.
+        **kwargs: :class:`GPTClassifierConfig` fields, on top of ``config``.
+    """
+
+    hf_model_type = "gpt2"
+    parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
+    __signature__ = config_signature(GPTClassifierConfig)
+
+    def __init__(self, config: GPTClassifierConfig | None = None, **kwargs: Any) -> None:
+        c = GPTClassifierConfig.resolve(config, kwargs, type(self).__name__)
+        super().__init__()
+        self.config = c
+        self.transformer = GPTModel(c.narrow(GPTConfig))
+        self.vocab_size, self.max_position_embeddings = c.vocab_size, c.max_position_embeddings
+        self.score = nn.Linear(c.hidden_size, c.num_classes, bias=False)
+        init_transformer_weights(self.score, c.init_std)
+
+    def init_weights(self) -> None:
+        """(Re)initialise every parameter with GPT-2's scheme."""
+        self.transformer.init_weights()
+        init_transformer_weights(self.score, self.config.init_std)
+
+    def last_token(self, input_ids: torch.Tensor,
+                   attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """(B,) index of the token each sequence is scored at (see the class docstring)."""
+        pad = self.config.pad_token_id
+        if attention_mask is None and pad is None:
+            return torch.full(input_ids.shape[:1], input_ids.shape[1] - 1, device=input_ids.device)
+        keep = attention_mask != 0 if attention_mask is not None else input_ids != pad  # (B, S)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (S,)
+        return (positions * keep).argmax(-1)  # (B,) the rightmost kept position
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        ids = batch["input_ids"]
+        h = self.transformer(ids)  # (B, S, H)
+        last = self.last_token(ids, batch.get("attention_mask"))  # (B,)
+        logits = self.score(h[torch.arange(ids.shape[0], device=ids.device), last])  # (B, C)
+        labels, name = batch.get("labels"), type(self).__name__
+        if self.training:
+            if labels is None:
+                raise DataError(f"{name} needs 'labels' (B,) long, (B,) float or (B, C) float in "
+                                f"a training batch")
+            return {"loss": classification_loss(logits, labels, self.config.problem_type, name)}
+        out = {"logits": logits}
+        if labels is not None:
+            out["loss"] = classification_loss(logits.float(), labels, self.config.problem_type,
+                                              name)
+        return out
 
 
 def _next_token(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,

@@ -3,13 +3,15 @@
 A folder is ``config.json`` plus the weights: ``model.safetensors``, its sharded form
 (``model.safetensors.index.json``), or ``pytorch_model.bin`` (also sharded), read with
 ``torch.load(weights_only=True)`` only. Supported: ``model_type`` "bert" (BertModel,
-BertForPreTraining, BertForMaskedLM, BertForSequenceClassification) and "gpt2" (GPT2Model,
-GPT2LMHeadModel). The name and config translation is in ``hf_mapping.py``.
+BertForPreTraining, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification)
+and "gpt2" (GPT2Model, GPT2LMHeadModel, GPT2ForSequenceClassification). The name and config
+translation is in ``hf_mapping.py``, the tokenizer files in ``hf_tokenizer.py``.
 
 - :func:`load_hf_pretrained` (folder -> ``model=dict(type=..., ...)`` and a libai state dict) and
   :func:`from_hf_pretrained` (folder -> a built model).
 - :func:`save_hf_pretrained` (model -> folder that ``transformers`` loads with
-  ``from_pretrained``, the embeddings written once with ``tie_word_embeddings: true``); needs
+  ``from_pretrained``, the embeddings written once with ``tie_word_embeddings: true``; a
+  classifier's label names, and the tokenizer that ``AutoTokenizer`` loads); needs
   ``safetensors``.
 - :func:`hf_state_dict_for` (the state dict for an already built model, checked against it):
   what ``load_from=HF_FOLDER`` uses.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -29,6 +32,7 @@ from libai.utils.errors import CheckpointError
 
 from ..steps import unwrap_model
 from .hf_mapping import SHAPE_ARGS, hf_to_libai, libai_to_hf
+from .hf_tokenizer import tokenizer_files
 
 __all__ = ["from_hf_pretrained", "hf_state_dict_for", "hf_to_libai", "is_hf_folder",
            "libai_to_hf", "load_hf_pretrained", "read_hf_folder", "save_hf_pretrained"]
@@ -98,30 +102,58 @@ def _safetensors() -> Any:
 
 
 # ----------------------------------------------------------------------------- writing
-def save_hf_pretrained(model: nn.Module, folder: str | os.PathLike) -> None:
+def save_hf_pretrained(model: nn.Module, folder: str | os.PathLike,
+                       label_names: Sequence[str] | None = None,
+                       tokenizer: Any = None) -> list[str]:
     """Write ``config.json`` and ``model.safetensors`` that ``transformers`` loads with
-    ``from_pretrained`` (``BertForPreTraining``, ``BertForMaskedLM``, ``GPT2LMHeadModel``...).
+    ``from_pretrained`` (``BertForPreTraining``, ``BertForSequenceClassification``,
+    ``GPT2LMHeadModel``...), and the tokenizer files when a tokenizer is given.
 
-    The weights go first, the config last: a folder counts as complete once ``config.json`` is
-    there. Each file is written under a temporary name and renamed.
+    The weights and the tokenizer go first, the config last: a folder counts as complete once
+    ``config.json`` is there. Each file is written under a temporary name and renamed.
+
+    Args:
+        model: A libai BERT or GPT-2 model.
+        folder: Where to write (created if needed).
+        label_names: A classifier's class names in class order: ``id2label`` and ``label2id``.
+            Defaults to None: ``LABEL_0``, ``LABEL_1``...
+        tokenizer: The ``TextTokenizer`` the model reads with: ``tokenizer.json``,
+            ``tokenizer_config.json``, ``special_tokens_map.json`` (and ``vocab.txt`` for
+            WordPiece), so that ``AutoTokenizer.from_pretrained(folder)`` encodes as libai's
+            datasets do (see ``hf_tokenizer.py``). Defaults to None: no tokenizer files.
+
+    Returns:
+        The names of the files written, in writing order.
 
     Raises:
         CheckpointError: No Hugging Face equivalent, safetensors missing, or the write failed.
+        ConfigError: Label names that do not fit the model, or a tokenizer of the wrong kind.
     """
-    config, state = libai_to_hf(model)
+    config, state = libai_to_hf(model, label_names)
+    files: dict[str, str] = {}
+    if tokenizer is not None:
+        kind, a = config["model_type"], unwrap_model(model).config
+        classifier = kind == "gpt2" and "num_classes" in a
+        pad = a["pad_token_id"] if classifier else None  # BERT's is always [PAD]
+        files = tokenizer_files(tokenizer, kind, a["max_position_embeddings"], a["vocab_size"],
+                                classifier, pad)
+        if kind == "gpt2":  # GPT-2's ends of text are the tokenizer's
+            config.update(bos_token_id=tokenizer.eod_id, eos_token_id=tokenizer.eod_id)
+    files["config.json"] = json.dumps(config, indent=2, sort_keys=True) + "\n"
     st, folder = _safetensors().torch, os.fspath(folder)
     try:
         os.makedirs(folder, exist_ok=True)
-        weights, tmp = os.path.join(folder, "model.safetensors"), os.path.join(folder, ".model.tmp")
+        tmp = os.path.join(folder, ".model.tmp")
         st.save_file(state, tmp, metadata={"format": "pt"})
-        os.replace(tmp, weights)
-        tmp = os.path.join(folder, ".config.json.tmp")
-        with open(tmp, "w") as f:
-            json.dump(config, f, indent=2, sort_keys=True)
-        os.replace(tmp, os.path.join(folder, "config.json"))
+        os.replace(tmp, os.path.join(folder, "model.safetensors"))
+        for name, text in files.items():
+            tmp = os.path.join(folder, f".{name}.tmp")
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, os.path.join(folder, name))
     except OSError as e:
         raise CheckpointError(f"could not write the Hugging Face folder {folder!r}: {e}") from e
-
+    return ["model.safetensors", *files]
 
 
 # ----------------------------------------------------------------------------- loading

@@ -1,5 +1,11 @@
 """Hugging Face <-> libai names and configs for BERT and GPT-2: pure translation, no files.
 
+Classes both ways: BertModel, BertForPreTraining (BertForMaskedLM), BertForSequenceClassification,
+BertForTokenClassification, GPTModel (GPT2Model), GPTForCausalLM (GPT2LMHeadModel),
+GPTForSequenceClassification (GPT2ForSequenceClassification). A classifier's ``num_classes``
+is Hugging Face's ``num_labels`` (the size of ``id2label``), its ``problem_type`` theirs; label
+names go out as ``id2label`` / ``label2id``.
+
 Our LM heads are tied to the word embeddings: a separate Hugging Face decoder / ``lm_head`` weight
 must equal them (it is then dropped); exports hold the embeddings once. GPT-2's Conv1D weights are
 stored (in, out) and its q/k/v as one ``c_attn``: they are transposed and split here. ``hf.py``
@@ -9,17 +15,19 @@ reads and writes the folders.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from libai.utils.errors import CheckpointError
+from libai.utils.errors import CheckpointError, ConfigError
 from libai.utils.suggest import did_you_mean
 
 from ..steps import unwrap_model
-from .bert import BertForSequenceClassification, BertModel
-from .gpt import GPTModel
+from .bert import BertModel
+from .bert_heads import BertForSequenceClassification, BertForTokenClassification
+from .gpt import GPTForSequenceClassification, GPTModel
 
 __all__ = ["SHAPE_ARGS", "hf_to_libai", "libai_to_hf"]
 
@@ -46,6 +54,7 @@ _BERT_HEADS = [("cls.predictions.transform.dense", "mlm_head.dense"),
 _GPT_LAYER = [("ln_1", "attn_norm", False), ("ln_2", "mlp_norm", False),
               ("attn.c_proj", "attn.out_proj", True), ("mlp.c_fc", "mlp.fc1", True),
               ("mlp.c_proj", "mlp.fc2", True)]
+_BERT_CLASSIFIERS = (BertForSequenceClassification, BertForTokenClassification)
 _IGNORED_SUFFIXES = (".position_ids", ".token_type_ids", ".attn.bias", ".attn.masked_bias")
 
 
@@ -115,10 +124,14 @@ def _bert_from_hf(c: dict[str, Any], state: State, target: str | None) -> tuple[
         init_std=c.get("initializer_range", 0.02), pad_token_id=c.get("pad_token_id", 0))
     arch = (c.get("architectures") or [""])[0]
     has = {k.split(".", 1)[0] for k in state}
-    if arch == "BertForSequenceClassification" or (not arch and "classifier" in has):
-        kwargs.update(num_classes=len(c.get("id2label") or {0: 0, 1: 1}),
-                      classifier_dropout=c.get("classifier_dropout"))
+    pooler = any("pooler." in k for k in state)
+    if arch == "BertForSequenceClassification" or (not arch and "classifier" in has and pooler):
+        kwargs.update(num_classes=_num_labels(c), classifier_dropout=c.get("classifier_dropout"),
+                      problem_type=c.get("problem_type"))
         cfg_type = "BertForSequenceClassification"
+    elif arch == "BertForTokenClassification" or (not arch and "classifier" in has):
+        kwargs.update(num_classes=_num_labels(c), classifier_dropout=c.get("classifier_dropout"))
+        cfg_type = "BertForTokenClassification"
     elif arch == "BertModel" or (arch not in ("BertForPreTraining", "BertForMaskedLM")
                                  and "cls" not in has):
         cfg_type = "BertModel"
@@ -141,6 +154,11 @@ def _bert_from_hf(c: dict[str, Any], state: State, target: str | None) -> tuple[
     _check_tied(decoder_b, bias, "cls.predictions.decoder.bias", "cls.predictions.bias")
     out.update(state)  # whatever is left keeps its name: a strict load reports it
     return {"type": cfg_type, **kwargs}, out
+
+
+def _num_labels(c: dict[str, Any]) -> int:
+    """Hugging Face's ``num_labels``: the size of ``id2label`` (2 when the config has none)."""
+    return len(c["id2label"]) if c.get("id2label") else c.get("num_labels", 2)
 
 
 def _bert_pairs(num_layers: int, hf: str, ours: str) -> list[tuple[str, str]]:
@@ -173,7 +191,13 @@ def _gpt2_from_hf(c: dict[str, Any], state: State, target: str | None) -> tuple[
         hidden_dropout=c.get("resid_pdrop", 0.1), attention_dropout=c.get("attn_pdrop", 0.1),
         activation=_act(c, "activation_function", "gelu_new"),
         layer_norm_eps=c.get("layer_norm_epsilon", 1e-5), init_std=c.get("initializer_range", 0.02))
-    cfg_type = "GPTModel" if (c.get("architectures") or [""])[0] == "GPT2Model" else "GPTForCausalLM"
+    arch = (c.get("architectures") or [""])[0]
+    if arch == "GPT2ForSequenceClassification" or (not arch and "score.weight" in state):
+        cfg_type = "GPTForSequenceClassification"  # `score.weight` keeps its name
+        kwargs.update(num_classes=_num_labels(c), problem_type=c.get("problem_type"),
+                      pad_token_id=c.get("pad_token_id"))
+    else:
+        cfg_type = "GPTModel" if arch == "GPT2Model" else "GPTForCausalLM"
     ours = "" if (target or cfg_type) == "GPTModel" else "transformer."
     hf = "transformer." if any(k.startswith("transformer.") for k in state) else ""
     out: State = OrderedDict()
@@ -206,14 +230,22 @@ def _gpt2_pairs(num_layers: int, hf: str, ours: str) -> list[tuple[str, str, boo
 
 
 # ----------------------------------------------------------------------------- libai -> HF
-def libai_to_hf(model: nn.Module) -> tuple[dict[str, Any], State]:
+def libai_to_hf(model: nn.Module, label_names: Sequence[str] | None = None
+                ) -> tuple[dict[str, Any], State]:
     """The Hugging Face ``config.json`` dict and state dict of a libai BERT or GPT-2 model.
 
     A ``second_head="sop"`` model exports as ``BertForPreTraining`` (the same Linear(H, 2); its
     labels keep the SOP meaning). Tensors are detached, contiguous and on the CPU.
 
+    Args:
+        model: The model (DDP / compile wrappers are looked through).
+        label_names: A classifier's class names, in class order, for ``id2label`` and
+            ``label2id``. Defaults to None: ``LABEL_0``, ``LABEL_1``...
+
     Raises:
         CheckpointError: The model has no Hugging Face equivalent (not BERT/GPT-2, pre_norm BERT).
+        ConfigError: ``label_names`` for a model without classes, or not one distinct name per
+            class.
     """
     model = unwrap_model(model)
     kind = getattr(model, "hf_model_type", None)
@@ -222,6 +254,7 @@ def libai_to_hf(model: nn.Module) -> tuple[dict[str, Any], State]:
                               f"BERT and GPT-2 models have one")
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     config, out = (_bert_to_hf if kind == "bert" else _gpt2_to_hf)(model, model.config, state)
+    config.update(_label_config(model, label_names))
     if state:  # every parameter must have found its Hugging Face name
         raise AssertionError(f"unmapped parameters: {sorted(state)}")
     dtype = next(iter(out.values())).dtype
@@ -237,7 +270,7 @@ def _bert_to_hf(model: nn.Module, a: dict[str, Any], state: State) -> tuple[dict
         arch, ours, hf = "BertModel", "", ""
     else:
         ours = hf = "bert."
-        arch = type(model).__name__ if isinstance(model, BertForSequenceClassification) else (
+        arch = type(model).__name__ if isinstance(model, _BERT_CLASSIFIERS) else (
             "BertForMaskedLM" if model.second_head is None else "BertForPreTraining")
     out = {h: state.pop(o) for h, o in _bert_pairs(a["num_layers"], hf, ours) if o in state}
     if "mlm_head.bias" in state:
@@ -252,17 +285,35 @@ def _bert_to_hf(model: nn.Module, a: dict[str, Any], state: State) -> tuple[dict
         type_vocab_size=a["type_vocab_size"], initializer_range=a["init_std"],
         layer_norm_eps=a["layer_norm_eps"], pad_token_id=a["pad_token_id"],
         position_embedding_type="absolute")
+    if isinstance(model, _BERT_CLASSIFIERS):
+        config["classifier_dropout"] = a["classifier_dropout"]
     if isinstance(model, BertForSequenceClassification):
-        labels = range(a["num_classes"])
-        config.update(id2label={str(i): f"LABEL_{i}" for i in labels},
-                      label2id={f"LABEL_{i}": i for i in labels},
-                      classifier_dropout=a["classifier_dropout"])
+        config["problem_type"] = a["problem_type"]
     return config, out
+
+
+def _label_config(model: nn.Module, label_names: Sequence[str] | None) -> dict[str, Any]:
+    """``id2label`` and ``label2id`` of a classifier (nothing for other models)."""
+    num_classes = model.config.get("num_classes")
+    if num_classes is None:
+        if label_names is not None:
+            raise ConfigError(f"label_names were given but {type(model).__name__} has no "
+                              f"classes to name: leave them out")
+        return {}
+    names = ([f"LABEL_{i}" for i in range(num_classes)] if label_names is None
+             else [str(n) for n in label_names])
+    if len(names) != num_classes or len(set(names)) != len(names):
+        raise ConfigError(f"label_names {names} must be {num_classes} distinct names, one per "
+                          f"class of {type(model).__name__} (num_classes={num_classes})")
+    return dict(id2label={str(i): n for i, n in enumerate(names)},
+                label2id={n: i for i, n in enumerate(names)})
 
 
 def _gpt2_to_hf(model: nn.Module, a: dict[str, Any], state: State) -> tuple[dict, State]:
     arch, ours, hf = (("GPT2Model", "", "") if isinstance(model, GPTModel)
                       else ("GPT2LMHeadModel", "transformer.", "transformer."))
+    if isinstance(model, GPTForSequenceClassification):
+        arch = "GPT2ForSequenceClassification"
     out = {h: (state.pop(o).t() if t else state.pop(o))
            for h, o, t in _gpt2_pairs(a["num_layers"], hf, ours) if o in state}
     for i in range(a["num_layers"]):
@@ -278,4 +329,7 @@ def _gpt2_to_hf(model: nn.Module, a: dict[str, Any], state: State) -> tuple[dict
         embd_pdrop=a["hidden_dropout"], attn_pdrop=a["attention_dropout"],
         layer_norm_epsilon=a["layer_norm_eps"], initializer_range=a["init_std"],
         scale_attn_weights=True, bos_token_id=eos, eos_token_id=eos)
+    if isinstance(model, GPTForSequenceClassification):
+        out["score.weight"] = state.pop("score.weight")  # the same name on both sides
+        config.update(problem_type=a["problem_type"], pad_token_id=a["pad_token_id"])
     return config, out

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("train", "train a model from a config"),
     "test": ("test", "evaluate a checkpoint on the test set"),
     "print-config": ("print_config", "print a config with its bases and overrides merged"),
+    "predict": ("predict", "label new text with a fine-tuned checkpoint"),
     "generate": ("generate", "generate text from a GPT checkpoint"),
     "convert": ("convert_checkpoint", "convert checkpoints: Hugging Face <-> libai, sharded"),
     "preprocess-text": ("preprocess_text", "turn text or JSON lines into token files"),

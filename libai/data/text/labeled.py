@@ -47,7 +47,7 @@ from .records import BUILTIN_LABELED, genre_records, read_records
 from .tokenizer import TextTokenizer
 from .tokenizer_spec import resolve_tokenizer
 
-__all__ = ["TASKS", "LabeledTextDataset", "label_map", "pad_collate"]
+__all__ = ["TASKS", "LabeledTextDataset", "frame_ids", "label_map", "pad_collate"]
 
 TASKS = ("classification", "regression", "multi_label", "token_classification")
 _IGNORE = -100
@@ -193,19 +193,8 @@ class LabeledTextDataset(Dataset):
         return self.frame(a, self.tokenizer.encode(text_pair) if text_pair is not None else None)
 
     def frame(self, a: list[int], b: list[int] | None = None) -> dict[str, np.ndarray]:
-        """Token ids framed with the specials and truncated longest-first."""
-        tok = self.tokenizer
-        wordpiece = tok.kind == "wordpiece"
-        specials = (2 if wordpiece else 1) + (b is not None)
-        a, b = _truncate(list(a), None if b is None else list(b), self.max_seq_length - specials)
-        if wordpiece:
-            ids = [tok.cls_id, *a, tok.sep_id] + ([*b, tok.sep_id] if b is not None else [])
-            types = [0] * (len(a) + 2) + [1] * ((len(b) + 1) if b is not None else 0)
-        else:
-            ids = [*a, tok.eod_id] + ([*b, tok.eod_id] if b is not None else [])
-            types = [0] * len(ids)
-        return {"input_ids": np.array(ids, dtype=np.int64),
-                "token_type_ids": np.array(types, dtype=np.int8)}
+        """Token ids framed with the specials and truncated (:func:`frame_ids`)."""
+        return frame_ids(self.tokenizer, a, b, self.max_seq_length)
 
     def _encode_words(self, record: dict[str, Any]) -> dict[str, Any]:
         words = _as_list(record[self.text_key], None)
@@ -230,6 +219,24 @@ class LabeledTextDataset(Dataset):
 
 
 # -------------------------------------------------------------------------------- helpers
+def frame_ids(tokenizer: TextTokenizer, a: list[int], b: list[int] | None,
+              max_seq_length: int) -> dict[str, np.ndarray]:
+    """``input_ids`` and ``token_type_ids`` of a text (and a pair) as the model reads them:
+    ``[CLS] a [SEP] (b [SEP])`` for WordPiece, ``a <eot> (b <eot>)`` for BPE, truncated
+    longest-first to ``max_seq_length``."""
+    wordpiece = tokenizer.kind == "wordpiece"
+    specials = (2 if wordpiece else 1) + (b is not None)
+    a, b = _truncate(list(a), None if b is None else list(b), max_seq_length - specials)
+    if wordpiece:
+        ids = [tokenizer.cls_id, *a, tokenizer.sep_id] + ([*b, tokenizer.sep_id] if b is not None else [])
+        types = [0] * (len(a) + 2) + [1] * ((len(b) + 1) if b is not None else 0)
+    else:
+        ids = [*a, tokenizer.eod_id] + ([*b, tokenizer.eod_id] if b is not None else [])
+        types = [0] * len(ids)
+    return {"input_ids": np.array(ids, dtype=np.int64),
+            "token_type_ids": np.array(types, dtype=np.int8)}
+
+
 def _load(data_files: Any, split: str, fmt: str) -> list[dict[str, Any]]:
     if isinstance(data_files, str) and data_files in BUILTIN_LABELED:
         return genre_records(split)

@@ -28,7 +28,9 @@ load_from = dict(path="work_dirs/bert_tiny/iter_1500.pth", strict=False)
 optim_wrapper = dict(
     type="OptimWrapper",
     optimizer=dict(type="AdamW", lr=3e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01),
-    paramwise_cfg=dict(bias_decay_mult=0.0, norm_decay_mult=0.0),
+    # layer_decay_rate=0.8: each block down from the top learns at 0.8x the rate of the one
+    # above (ELECTRA, BEiT); None: one rate for all
+    paramwise_cfg=dict(bias_decay_mult=0.0, norm_decay_mult=0.0, layer_decay_rate=None),
     clip_grad=dict(type="norm", max_norm=1.0),
 )
 param_scheduler = [
@@ -37,8 +39,10 @@ param_scheduler = [
 ]
 # evaluate every 100 steps
 train_cfg = dict(type="IterBasedTrainLoop", max_iters=650, val_interval=100)
-val_cfg = dict(type="ValLoop")
-test_cfg = dict(type="TestLoop")
+# limit_batches=N evaluates the first N batches of each set only (Lightning's limit_val_batches),
+# a float the share of them; None: the whole set (24 batches of val)
+val_cfg = dict(type="ValLoop", limit_batches=None)
+test_cfg = dict(type="TestLoop", limit_batches=None)
 # keep the best checkpoint by validation accuracy (any logged metric works), and the last one
 default_hooks = dict(checkpoint=dict(interval=100, max_keep_ckpts=1, save_best="val/accuracy"))
 work_dir = "work_dirs/bert_tiny_genre"

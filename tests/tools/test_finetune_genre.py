@@ -1,0 +1,99 @@
+"""Fine-tuning as a user runs it: configs/bert_tiny_genre.py through tools/train.py from a
+pretraining checkpoint, then tools/test.py, tools/predict.py and libai2hf into transformers."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from libai.checkpoint import load_checkpoint, model_state_for_saving, save_checkpoint
+from libai.config import Config
+from libai.registry import MODELS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GENRE = os.path.join(ROOT, "configs", "bert_tiny_genre.py")
+CLASSES = ["comedy", "history", "tragedy"]
+SHORT = ["train_cfg.max_iters=6", "train_cfg.val_interval=3", "val_cfg.limit_batches=2",
+         "test_cfg.limit_batches=2", "default_hooks.checkpoint.interval=3",
+         "default_hooks.logger.interval=3"]
+
+
+def run(*args):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=900)
+
+
+def pretraining_checkpoint(path):
+    """A BertForPreTraining with bert_tiny's dimensions, saved as tools/train.py saves one."""
+    cfg = Config.fromfile(os.path.join(ROOT, "configs", "bert_tiny.py"))
+    torch.manual_seed(1)
+    model = MODELS.build(cfg.model.to_dict())
+    save_checkpoint({"state_dict": model_state_for_saving(model), "meta": {}}, str(path))
+    return model.state_dict()
+
+
+@pytest.mark.slow
+def test_genre_fine_tunes_from_a_pretraining_checkpoint_then_tests_predicts_exports(tmp_path):
+    pre = pretraining_checkpoint(tmp_path / "pre.pth")
+    work = tmp_path / "work"
+    out = run("tools/train.py", GENRE, "--work-dir", str(work), "--cfg-options",
+              f"load_from.path={tmp_path / 'pre.pth'}", *SHORT)
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    # the load report names what the classifier adds and what pretraining leaves behind
+    assert re.search(r"classifier\.(weight|bias)", log) and "mlm_head" in log, log[-3000:]
+    assert "val: 2 of" in log and "test/accuracy" in log
+    best = [f for f in os.listdir(work) if f.startswith("best_val_accuracy")]
+    assert len(best) == 1, os.listdir(work)
+    ckpt = load_checkpoint(str(work / best[0]))
+    assert ckpt["meta"]["dataset_meta"]["classes"] == CLASSES
+    # it started from the pretraining weights: 6 small steps move them by little
+    emb = "bert.embeddings.word_embeddings.weight"
+    assert torch.allclose(ckpt["state_dict"][emb], pre[emb], atol=5e-3)
+    assert not torch.equal(ckpt["state_dict"][emb], pre[emb])
+
+    test = run("tools/test.py", GENRE, str(work / best[0]), "--work-dir", str(tmp_path / "test"),
+               "--cfg-options", "test_cfg.limit_batches=2")
+    assert test.returncode == 0 and "test/accuracy" in test.stdout + test.stderr, test.stderr[-2000:]
+
+    passage = "KING HENRY: Once more unto the breach, dear friends, once more"
+    pred = run("tools/predict.py", GENRE, str(work / best[0]), passage, "--top-k", "3",
+               "--out", str(tmp_path / "p.jsonl"))
+    assert pred.returncode == 0, pred.stderr[-2000:]
+    line = pred.stdout.splitlines()[0]
+    assert sorted(re.findall(r"(comedy|history|tragedy) \d\.\d\d", line)) == CLASSES, line
+    record = json.loads((tmp_path / "p.jsonl").read_text())
+    assert record["label"] in CLASSES and abs(sum(p for _, p in record["top"]) - 1) < 1e-3
+
+    hf = tmp_path / "hf"
+    conv = run("tools/convert_checkpoint.py", "libai2hf", GENRE, str(work / best[0]), str(hf))
+    assert conv.returncode == 0, conv.stderr[-2000:]
+    transformers = pytest.importorskip("transformers")
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(hf).eval()
+    assert model.config.id2label == dict(enumerate(CLASSES))
+    tok = transformers.AutoTokenizer.from_pretrained(hf)
+    enc = tok([passage], return_tensors="pt")
+    ours = MODELS.build(Config.fromfile(GENRE).model.to_dict()).eval()
+    ours.load_state_dict(ckpt["state_dict"])
+    with torch.no_grad():
+        want = ours({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})
+        got = model(**enc).logits
+    torch.testing.assert_close(got, want["logits"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("options, message", [
+    (["model.num_classes=2"], "model.num_classes=2 but train_dataloader.dataset has 3 labels "
+                              "(comedy, history, tragedy): set model.num_classes=3"),
+    (["train_dataloader.dataset.data_files=shakespeare_genr"], "Did you mean 'shakespeare_genre'"),
+    (["load_from.path=no/such/iter_1500.pth"], "no/such/iter_1500.pth"),
+])
+def test_genre_mistakes_are_one_line(tmp_path, options, message):
+    out = run("tools/train.py", GENRE, "--work-dir", str(tmp_path), "--cfg-options", *options)
+    assert out.returncode == 2, out.stderr[-3000:]
+    error = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and message in error[0], out.stderr[-3000:]
+    assert "Traceback" not in out.stderr

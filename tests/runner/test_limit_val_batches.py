@@ -89,7 +89,8 @@ def test_only_the_first_batches_are_evaluated(tmp_path, limit, batches, samples)
     assert metrics["val/accuracy"] == pytest.approx(accuracy)
     assert metrics["val/loss"] == pytest.approx(loss, rel=1e-5)
     said = [line for line in lines.lines if "limit_batches" in line]
-    assert said == ([] if limit is None else [f"val: {batches} of 5 batches (limit_batches={limit})"])
+    expected = f"val: {batches} of 5 batches (limit_batches={limit})"
+    assert said == ([] if limit is None else [expected])
 
 
 def test_fast_dev_run_caps_the_limit(tmp_path):

@@ -127,6 +127,10 @@ class BaseMetric(ABC):
     e.g. a tuple of floats); ``compute_metrics`` turns the entries of the whole dataset, in
     dataset order, into ``{name: float}``. :meth:`evaluate` does the distributed part.
 
+    ``dataset_meta`` is the evaluated dataset's ``metainfo`` (e.g. ``{"classes": (...)}``),
+    set by the runner through :attr:`Evaluator.dataset_meta`; None until then. Metrics that name
+    classes read ``dataset_meta["classes"]`` when they are not given class names themselves.
+
     Args:
         prefix: Put in front of every key as ``"{prefix}/{key}"``. Defaults to None, which uses
             the class attribute ``default_prefix``; pass ``""`` for no prefix at all.
@@ -139,6 +143,21 @@ class BaseMetric(ABC):
         self.prefix = self.default_prefix if prefix is None else prefix
         self.results: list[Any] = []
         self.num_samples: int | None = None  # results counted by the last evaluate()
+        self._dataset_meta: dict[str, Any] | None = None
+
+    @property
+    def dataset_meta(self) -> dict[str, Any] | None:
+        """The evaluated dataset's metainfo (a dict), or None when nobody set it."""
+        return getattr(self, "_dataset_meta", None)  # None too if a subclass skipped __init__
+
+    @dataset_meta.setter
+    def dataset_meta(self, meta: Mapping[str, Any] | None) -> None:
+        if meta is not None and not isinstance(meta, Mapping):
+            raise ConfigError(
+                f"{self.name}.dataset_meta must be a dict such as {{'classes': ('neg', 'pos')}} "
+                f"or None, got {type(meta).__name__}."
+            )
+        self._dataset_meta = None if meta is None else dict(meta)
 
     @property
     def name(self) -> str:

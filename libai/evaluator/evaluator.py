@@ -51,6 +51,27 @@ class Evaluator:
         if not metrics:
             raise ConfigError("Evaluator: metrics is empty; give at least one metric.")
         self.metrics: list[BaseMetric] = [_build_metric(m, i) for i, m in enumerate(metrics)]
+        self._dataset_meta: dict[str, Any] | None = None
+
+    @property
+    def dataset_meta(self) -> dict[str, Any] | None:
+        """The evaluated dataset's metainfo; setting it hands it to every metric.
+
+        The runner sets it from the evaluation loader's ``dataset.metainfo``, so that metrics
+        naming classes (per-class F1, entity F1) find ``dataset_meta["classes"]``.
+        """
+        return self._dataset_meta
+
+    @dataset_meta.setter
+    def dataset_meta(self, meta: Mapping[str, Any] | None) -> None:
+        if meta is not None and not isinstance(meta, Mapping):
+            raise ConfigError(
+                f"Evaluator.dataset_meta must be a dict such as {{'classes': ('neg', 'pos')}} "
+                f"or None, got {type(meta).__name__}."
+            )
+        self._dataset_meta = None if meta is None else dict(meta)
+        for metric in self.metrics:
+            metric.dataset_meta = self._dataset_meta
 
     def process(self, batch: Any, outputs: Any) -> None:
         """Give one batch and the model's eval-mode outputs for it to every metric.

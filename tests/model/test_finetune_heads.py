@@ -126,6 +126,10 @@ def test_problem_type_is_inferred_per_batch_and_an_explicit_one_wins():
     with pytest.raises(DataError, match=r"'multi_label_classification' \(model.problem_type\) "
                                         r"and wants labels \(B, C\) float"):
         multi(dict(batch, labels=torch.tensor([0, 1, 1])))
+    scorer = BertForSequenceClassification(**BERT, num_classes=1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # targets and loss stay float32
+        loss = scorer(dict(batch, labels=torch.tensor([0.123456, 1.0, -2.5])))["loss"]
+    assert loss.dtype == torch.float32
     with pytest.raises(ConfigError, match="Did you mean 'regression'"):
         BertClassifierConfig(problem_type="regresion")
     with pytest.raises(ConfigError, match="token classification is single-label"):

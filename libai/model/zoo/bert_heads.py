@@ -117,12 +117,10 @@ class BertForSequenceClassification(_BertClassifier):
                               batch.get("token_type_ids"))  # (B, H)
         logits = self.classifier(self.dropout(pooled))  # (B, C)
         labels = self._labels(batch, "(B,) long, (B,) float or (B, C) float")
-        name, problem = type(self).__name__, self.config.problem_type
-        if self.training:
-            return {"loss": classification_loss(logits, labels, problem, name)}
-        out = {"logits": logits}
+        out = {} if self.training else {"logits": logits}
         if labels is not None:
-            out["loss"] = classification_loss(logits.float(), labels, problem, name)
+            out["loss"] = classification_loss(logits, labels, self.config.problem_type,
+                                              type(self).__name__)
         return out
 
 
@@ -166,8 +164,7 @@ class BertForTokenClassification(_BertClassifier):
             raise DataError(f"BertForTokenClassification wants labels (B, S) = "
                             f"{tuple(logits.shape[:-1])}, one per token, but got "
                             f"{tuple(labels.shape)}")
-        scores = logits if self.training else logits.float()
-        out["loss"] = classification_loss(scores, labels, "single_label_classification",
+        out["loss"] = classification_loss(logits, labels, "single_label_classification",
                                           type(self).__name__)
         out["num_items"] = {"loss": (labels != -100).sum()}  # tokens scored: varies by batch
         return out

@@ -61,8 +61,10 @@ def classification_loss(logits: torch.Tensor, labels: torch.Tensor, problem_type
                         owner: str) -> torch.Tensor:
     """The loss of ``logits`` (B, C) against ``labels`` (see the module's table).
 
+    The loss is computed in float32 whatever the logits' dtype.
+
     Args:
-        logits: (B, C) scores; (N, C) rows of tokens work the same for single-label.
+        logits: (B, C) scores; (B, S, C) tokens work the same for single-label.
         labels: (B,) long, (B,) float or (B, C) float, as the problem type wants.
         problem_type: The configured type, or None for the rule of :func:`problem_type_for`.
         owner: The model's class name, for messages.
@@ -70,6 +72,7 @@ def classification_loss(logits: torch.Tensor, labels: torch.Tensor, problem_type
     Raises:
         DataError: Labels whose shape does not fit the problem type (named, with the shapes).
     """
+    logits = logits.float()  # (B, C): small; float32 targets and loss under mixed precision
     num_classes = logits.shape[-1]
     kind = problem_type_for(problem_type, num_classes, labels)
     if kind == "single_label_classification":
@@ -81,10 +84,10 @@ def classification_loss(logits: torch.Tensor, labels: torch.Tensor, problem_type
             logits = logits.squeeze(-1)
         if labels.numel() != logits.numel():
             raise _label_error(owner, kind, problem_type, "(B,) float targets", labels, logits)
-        return F.mse_loss(logits, labels.to(logits.dtype).reshape(logits.shape))
+        return F.mse_loss(logits, labels.float().reshape(logits.shape))
     if labels.shape != logits.shape:
         raise _label_error(owner, kind, problem_type, "(B, C) float 0/1 targets", labels, logits)
-    return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+    return F.binary_cross_entropy_with_logits(logits, labels.float())
 
 
 def _label_error(owner: str, kind: str, configured: str | None, wanted: str,

@@ -300,15 +300,12 @@ class GPTForSequenceClassification(nn.Module):
         last = self.last_token(ids, batch.get("attention_mask"))  # (B,)
         logits = self.score(h[torch.arange(ids.shape[0], device=ids.device), last])  # (B, C)
         labels, name = batch.get("labels"), type(self).__name__
-        if self.training:
-            if labels is None:
-                raise DataError(f"{name} needs 'labels' (B,) long, (B,) float or (B, C) float in "
-                                f"a training batch")
-            return {"loss": classification_loss(logits, labels, self.config.problem_type, name)}
-        out = {"logits": logits}
+        if self.training and labels is None:
+            raise DataError(f"{name} needs 'labels' (B,) long, (B,) float or (B, C) float in a "
+                            f"training batch")
+        out = {} if self.training else {"logits": logits}
         if labels is not None:
-            out["loss"] = classification_loss(logits.float(), labels, self.config.problem_type,
-                                              name)
+            out["loss"] = classification_loss(logits, labels, self.config.problem_type, name)
         return out
 
 

@@ -43,6 +43,10 @@ _GREATER_WORDS = (
     "ssim",
     "score",
     "r2",
+    "mcc",
+    "matthews",
+    "pearson",
+    "spearman",
 )
 
 
@@ -58,11 +62,12 @@ def check_rule(rule: str | None, where: str) -> str | None:
 
 def infer_rule(metric: str, where: str) -> str:
     """'less' for loss-like names, 'greater' for accuracy-like names; ConfigError otherwise."""
-    leaf = metric.rsplit("/", 1)[-1].lower()
-    if any(w in leaf for w in _LESS_WORDS):
-        return "less"
-    if any(w in leaf for w in _GREATER_WORDS):
-        return "greater"
+    # the last part of the key that names a kind decides: val/f1/macro and val/f1/PER are f1's
+    for part in reversed(metric.lower().split("/")):
+        if any(w in part for w in _LESS_WORDS):
+            return "less"
+        if any(w in part for w in _GREATER_WORDS):
+            return "greater"
     raise ConfigError(
         f"{where}: cannot tell whether a higher or a lower '{metric}' is better. "
         f"Set rule='greater' or rule='less' next to it in the config."

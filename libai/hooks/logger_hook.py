@@ -287,6 +287,8 @@ class LoggerHook(Hook):
 
     def _eval_total(self, runner: RunnerView, stage: str) -> int | None:
         loop = runner.val_loop if stage == "val" else runner.test_loop
+        if getattr(loop, "num_batches", None) is not None:  # limit_batches, --fast-dev-run
+            return loop.num_batches
         sets = list(getattr(loop, "sets", {}).values())
         try:
             return len(sets[self._eval_set][0])

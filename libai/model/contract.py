@@ -92,10 +92,11 @@ CONTRACT: tuple[ContractField, ...] = (
         "max_position_embeddings", "attribute", False, ("libai/runner/build.py",),
         "Checked against the dataset's `metainfo['max_seq_length']` before the first step."),
     ContractField(
-        "parallel_blocks", "attribute", False, ("libai/parallel/apply.py",),
+        "parallel_blocks", "attribute", False, ("libai/parallel/apply.py", "libai/optim/layer_decay.py"),
         "Class names of the repeated blocks: FSDP shards each on its own, "
         "`activation_checkpointing='blocks'` recomputes each, graph mode under FSDP compiles "
-        "each. Without it, name them with `parallel.blocks`."),
+        "each, layer-wise lr decay numbers the layers by them. Without it, name them with "
+        "`parallel.blocks` (`paramwise_cfg.layer_decay_blocks` for the decay)."),
     ContractField(
         "tp_plan", "submodule attribute", False, ("libai/parallel/apply.py",),
         "On a block class: `{submodule path: style}`, style 'colwise', 'rowwise' or 'vocab': "

@@ -63,6 +63,12 @@ def preflight(cfg: Any, fast_dev_run: Any = 0) -> None:
     if isinstance(resume, str):
         check_input_path("resume", resume)
     _check_resume_options(cfg.get("resume_options"))
+    for stage in ("val", "test"):  # now, not when the loop is built (after a first epoch)
+        loop_cfg = cfg.get(f"{stage}_cfg")
+        if isinstance(loop_cfg, Mapping):
+            from libai.loops.evaluate import check_limit_batches
+
+            check_limit_batches(loop_cfg.get("limit_batches"), f"{stage}_cfg.limit_batches")
     _check_randomness(cfg.get("randomness"))
     wrapper = cfg.get("optim_wrapper")
     if isinstance(wrapper, Mapping) and isinstance(wrapper.get("dtype"), str):

@@ -11,5 +11,5 @@ param_scheduler = [
     dict(type="CosineAnnealingLR", begin=_warmup, end=-1, eta_min=1e-5),
 ]
 train_cfg = dict(type="IterBasedTrainLoop", max_iters=2000, val_interval=500)
-val_cfg = dict(type="ValLoop")
-test_cfg = dict(type="TestLoop")
+val_cfg = dict(type="ValLoop", limit_batches=None)  # N: only the first N batches (or a share)
+test_cfg = dict(type="TestLoop", limit_batches=None)

@@ -14,5 +14,5 @@ param_scheduler = [
     dict(type="PolyLR", power=1.0, eta_min=0.0, begin=_warmup, end=-1),
 ]
 train_cfg = dict(type="IterBasedTrainLoop", max_iters=1_000_000, val_interval=10000)
-val_cfg = dict(type="ValLoop")
-test_cfg = dict(type="TestLoop")
+val_cfg = dict(type="ValLoop", limit_batches=None)  # N: only the first N batches (or a share)
+test_cfg = dict(type="TestLoop", limit_batches=None)

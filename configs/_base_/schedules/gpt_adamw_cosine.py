@@ -14,5 +14,5 @@ param_scheduler = [
     dict(type="CosineAnnealingLR", eta_min=6e-5, begin=_warmup, end=-1),
 ]
 train_cfg = dict(type="IterBasedTrainLoop", max_iters=600_000, val_interval=2000)
-val_cfg = dict(type="ValLoop")
-test_cfg = dict(type="TestLoop")
+val_cfg = dict(type="ValLoop", limit_batches=None)  # N: only the first N batches (or a share)
+test_cfg = dict(type="TestLoop", limit_batches=None)

@@ -1,7 +1,7 @@
 """Convert checkpoints: Hugging Face folders <-> libai, sharded (FSDP / tensor parallel) <-> one file.
 
     python tools/convert_checkpoint.py hf2libai HF_DIR OUT.pth [--debug]
-    python tools/convert_checkpoint.py libai2hf CONFIG CHECKPOINT OUT_DIR
+    python tools/convert_checkpoint.py libai2hf CONFIG CHECKPOINT OUT_DIR [--tokenizer PATH]
         [--cfg-options key=value ...] [--debug]
     python tools/convert_checkpoint.py sharded2file CHECKPOINT OUT.pth
     python tools/convert_checkpoint.py file2sharded CHECKPOINT OUT.pth

@@ -2,7 +2,7 @@
 # tragedy; plays held out by play). In a few minutes on 2 CPU cores:
 #   python tools/train.py configs/bert_tiny.py          # pretrain first: work_dirs/bert_tiny/iter_1500.pth
 #   python tools/train.py configs/bert_tiny_genre.py
-#   python tools/test.py configs/bert_tiny_genre.py work_dirs/bert_tiny_genre/best_val_accuracy_*.pth
+#   python tools/test.py configs/bert_tiny_genre.py work_dirs/bert_tiny_genre/best_val_f1_*.pth
 # From a Hugging Face BERT folder instead: --cfg-options load_from.path=FOLDER and its tokenizer
 # (train_dataloader.dataset.tokenizer=FOLDER, the same for val and test) and dimensions.
 # docs/finetune.md walks through it, with one's own CSV.
@@ -43,6 +43,6 @@ train_cfg = dict(type="IterBasedTrainLoop", max_iters=650, val_interval=100)
 # a float the share of them; None: the whole set (24 batches of val)
 val_cfg = dict(type="ValLoop", limit_batches=None)
 test_cfg = dict(type="TestLoop", limit_batches=None)
-# keep the best checkpoint by validation accuracy (any logged metric works), and the last one
-default_hooks = dict(checkpoint=dict(interval=100, max_keep_ckpts=1, save_best="val/accuracy"))
+# keep the best checkpoint by validation macro F1 (any logged metric works), and the last one
+default_hooks = dict(checkpoint=dict(interval=100, max_keep_ckpts=1, save_best="val/f1"))
 work_dir = "work_dirs/bert_tiny_genre"

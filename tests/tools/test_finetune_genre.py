@@ -46,8 +46,8 @@ def test_genre_fine_tunes_from_a_pretraining_checkpoint_then_tests_predicts_expo
     assert out.returncode == 0, log[-3000:]
     # the load report names what the classifier adds and what pretraining leaves behind
     assert "classifier.* (2 keys)" in log and "mlm_head" in log, log[-3000:]
-    assert "val: 2 of" in log and "test/accuracy" in log
-    best = [f for f in os.listdir(work) if f.startswith("best_val_accuracy")]
+    assert "val: 2 of" in log and "test/accuracy" in log and "val/f1/tragedy" in log
+    best = [f for f in os.listdir(work) if f.startswith("best_val_f1_")]
     assert len(best) == 1, os.listdir(work)
     ckpt = load_checkpoint(str(work / best[0]))
     assert ckpt["meta"]["dataset_meta"]["classes"] == CLASSES

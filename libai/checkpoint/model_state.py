@@ -242,8 +242,10 @@ def _strict_message(report: LoadReport) -> str:
     hint = report.remap_hint
     if hint:
         fixes.append(f"pass remap={hint!r}, which matches renamed keys")
-    elif report.missing and report.unexpected:
+    elif report.missing and report.unexpected and _shared_tails(report.missing, report.unexpected):
         fixes.append("pass remap={'old_prefix.': 'new_prefix.'} to rename checkpoint keys")
+    elif report.missing and report.unexpected:  # a new head on a pretrained body, most likely
+        fixes[-1] += " (a task head on a pretraining checkpoint: load_from=dict(path=..., strict=False))"
     if report.shape_mismatches:
         fixes.append(
             "check that the model config (sizes, number of classes) matches the checkpoint"
@@ -252,3 +254,12 @@ def _strict_message(report: LoadReport) -> str:
         "The checkpoint does not match the model (strict=True), so nothing was loaded.\n"
         f"{report}\nTo fix: " + "; or ".join(fixes) + "."
     )
+
+
+def _shared_tails(missing: list[str], unexpected: list[str]) -> bool:
+    """Whether some missing and unexpected keys end alike (``x.dense.weight``): a rename, not a
+    new head."""
+    def tail(key: str) -> str:
+        return ".".join(key.split(".")[-2:])
+
+    return bool({tail(k) for k in missing} & {tail(k) for k in unexpected})

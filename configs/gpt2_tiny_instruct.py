@@ -1,13 +1,15 @@
 # Instruction-tunes the tiny GPT-2 of configs/gpt2_tiny.py on the built-in Shakespeare questions
-# ("Which play is this passage from?", "Who speaks these lines?"), the loss on the answers only.
+# ("Who speaks next?", "Who speaks last in this passage?"), the loss on the answers only.
 # Pretrain first (its last checkpoint is what load_from reads), then fine-tune, then ask:
 #   python tools/train.py configs/gpt2_tiny.py
 #   python tools/train.py configs/gpt2_tiny_instruct.py
 #   python tools/generate.py configs/gpt2_tiny_instruct.py work_dirs/gpt2_tiny_instruct/iter_600.pth \
-#       --greedy --instruction "Which play is this passage from?
+#       --greedy --instruction "Who speaks next?
 #
-#   HAMLET:
-#   To be, or not to be, that is the question:"
+#   ROMEO:
+#   Lady, by yonder blessed moon I swear
+#   JULIET:
+#   O, swear not by the moon, the inconstant moon,"
 # A checkpoint elsewhere: --cfg-options load_from=PATH; from scratch: load_from=None.
 # docs/instruction_tuning.md walks through it, with one's own JSON lines.
 _base_ = [
@@ -25,8 +27,8 @@ model = dict(  # gpt2_tiny's dimensions: the checkpoint must fit
 )
 load_from = "work_dirs/gpt2_tiny/iter_1200.pth"
 
-# a smaller rate than pretraining's 1e-3, a short warm-up, cosine decay to the end
-optim_wrapper = dict(optimizer=dict(lr=5e-4))
+# pretraining's rate (5e-4 learns the questions half as fast here), a short warm-up, cosine decay
+optim_wrapper = dict(optimizer=dict(lr=1e-3))
 param_scheduler = [
     dict(type="LinearLR", start_factor=1e-2, begin=0, end=dict(iters=30, at_most=0.1)),
     dict(type="CosineAnnealingLR", eta_min=5e-5, begin=dict(iters=30, at_most=0.1), end=-1),

@@ -47,6 +47,7 @@ _GREATER_WORDS = (
     "matthews",
     "pearson",
     "spearman",
+    "match",
 )
 
 

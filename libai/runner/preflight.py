@@ -191,13 +191,26 @@ def check_compile(value: Any) -> None:
         check_choice("compile.mode", mode, ("default", *modes))
 
 
+LOAD_OPTIONS = ("path", "strict", "remap")
+
+
 def check_input_path(key: str, value: Any) -> None:
     """``load_from`` / ``resume`` (or a tool's argument named ``key``): a file (or a Hugging Face folder for load_from) that exists."""
     if value is None or value is False:
         return
-    path = value.get("path") if isinstance(value, Mapping) else value
+    path = value
+    if isinstance(value, Mapping):  # load_from=dict(path=..., strict=True, remap=None)
+        for option in value:
+            if option not in LOAD_OPTIONS:
+                raise ConfigError(f"{key}.{option} is not an option of {key}."
+                                  f"{did_you_mean(str(option), LOAD_OPTIONS)} Valid: "
+                                  f"{', '.join(LOAD_OPTIONS)}.")
+        if not isinstance(value.get("strict", True), bool):
+            raise ConfigError(f"{key}.strict={value['strict']!r}: expected True (every key must "
+                              f"match) or False (report missing and unexpected keys).")
+        key, path = f"{key}.path", value.get("path")
     if not isinstance(path, (str, os.PathLike)):
-        raise ConfigError(f"{key}={value!r}: expected a checkpoint path.")
+        raise ConfigError(f"{key}={path!r}: expected a checkpoint path.")
     if os.path.exists(path):
         return
     folder, name = os.path.split(os.path.abspath(path))

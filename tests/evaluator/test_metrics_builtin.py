@@ -242,6 +242,34 @@ def test_token_accuracy_from_model_counts_equals_from_logits():
     assert from_counts == from_logits
 
 
+def test_token_accuracy_exact_match_is_greedy_decoding_writing_the_response():
+    from libai.model import GPTForCausalLM
+
+    torch.manual_seed(0)
+    model = GPTForCausalLM(vocab_size=50, hidden_size=32, num_layers=2, num_heads=4,
+                           max_position_embeddings=32).eval()
+    prompts = torch.randint(0, 50, (4, 5))
+    with torch.no_grad():
+        greedy = model.generate(prompts, 4)  # (4, 9): prompt + 4 greedy tokens
+    tokens = greedy.clone()
+    tokens[1, -1] = (tokens[1, -1] + 1) % 50  # the last response token is not the greedy one
+    tokens[2, 6] = (tokens[2, 6] + 1) % 50  # nor the second (what follows is then off the path)
+    labels = tokens[:, 1:].clone()
+    labels[:, :4] = -100  # the loss and the metric on the response only
+    labels[3, :] = -100  # a row without a response counts for nothing
+    with torch.no_grad():
+        outputs = model({"input_ids": tokens[:, :-1], "labels": labels})
+    metric = TokenAccuracy(exact_match=True)
+    res = run(metric, [({"labels": labels}, outputs)])
+    assert res["exact_match"] == pytest.approx(1 / 3)  # row 0 only, of rows 0-2
+    with torch.no_grad():
+        logits = model({"input_ids": tokens[:, :-1]})["logits"]
+    assert res == run(TokenAccuracy(exact_match=True), [({"labels": labels}, {"logits": logits})])
+    assert "exact_match" not in run(TokenAccuracy(), [({"labels": labels}, outputs)])
+    with pytest.raises(ConfigError, match="exact_match='yes'"):
+        TokenAccuracy(exact_match="yes")
+
+
 def test_token_accuracy_bad_input():
     with pytest.raises(DataError, match=r"\(B, T, V\)"):
         TokenAccuracy().process({"labels": torch.zeros(2, 3)}, {"logits": torch.zeros(2, 5)})

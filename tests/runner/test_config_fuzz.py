@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from libai.config import Config
 from libai.runner import Runner
+from libai.runner.build import build_model
 from libai.utils.errors import LibaiError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,9 +143,32 @@ def names_key(message: str, path: str) -> bool:
         or re.search(rf"\w+\.{word}\b|\b{word}=", message) is not None)
 
 
+PRETRAINED: dict[str, str] = {}
+
+
+def _pretrained(load_from: str, work_dir: Path) -> str:
+    """A stand-in for the checkpoint a fine-tuning config loads (``work_dirs/bert_tiny/...``):
+    the initial weights of the config that writes it, saved once per test process."""
+    if load_from not in PRETRAINED:
+        source = ROOT / "configs" / f"{Path(load_from).parent.name}.py"
+        model = build_model(Config.fromfile(source))
+        path = work_dir.parent / f"pretrained-{source.stem}.pth"
+        torch.save({"state_dict": model.state_dict()}, path)
+        PRETRAINED[load_from] = str(path)
+    return PRETRAINED[load_from]
+
+
 def run_case(tree: dict, path: str, value: Any, work_dir: Path) -> str | None:
     """None when the run trained or stopped with a one-line error naming ``path``; else why not."""
     cfg = copy.deepcopy(tree)
+    load_from = cfg.get("load_from")
+    if load_from and not path.startswith("load_from"):  # the wrong value is the thing looked at
+        if isinstance(load_from, dict):
+            cfg["load_from"] = {**load_from, "path": _pretrained(load_from["path"], work_dir)}
+        else:
+            cfg["load_from"] = _pretrained(load_from, work_dir)
+    elif load_from and path != "load_from.path":
+        cfg["load_from"]["path"] = _pretrained(load_from["path"], work_dir)
     _set(cfg, path, value)
     cfg["work_dir"] = str(work_dir)
     # the model table and FLOP count of the first step, the plots (drawn by a process of their

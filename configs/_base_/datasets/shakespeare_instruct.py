@@ -1,8 +1,8 @@
 # Instruction tuning on the built-in Shakespeare questions (no download; see
-# libai/data/text/instruction_sets.py): "Which play is this passage from?" -> the play's title,
-# "Who speaks these lines?" -> the speaker's name, one question per speech, 22,678 train /
-# 1,245 val / 1,106 test examples, split by scene as the pretraining corpus splits them.
-# Prompts are framed with the Alpaca-style template; the loss counts the response tokens only.
+# libai/data/text/instruction_sets.py): "Who speaks next?" after two speeches, and "Who speaks
+# last in this passage?", each answered with a speaker's name; 27,891 train / 1,350 val /
+# 1,332 test examples, split by scene as the pretraining corpus splits them. Prompts are framed
+# with the Alpaca-style template; the loss counts the response tokens only.
 _tokenizer = dict(corpus="shakespeare", type="bpe", vocab_size=8192)  # what gpt2_tiny reads
 _dataset = dict(
     type="InstructionDataset",
@@ -28,6 +28,7 @@ val_dataloader = dict(
     num_workers=0,
 )
 test_dataloader = dict(val_dataloader, dataset=dict(_dataset, split="test"))
-# perplexity and next-token accuracy of the responses (the labels are -100 elsewhere)
-val_evaluator = [dict(type="Perplexity"), dict(type="TokenAccuracy")]
+# perplexity and next-token accuracy of the responses (the labels are -100 elsewhere), and the
+# share of responses greedy decoding writes exactly (exact_match)
+val_evaluator = [dict(type="Perplexity"), dict(type="TokenAccuracy", exact_match=True)]
 test_evaluator = val_evaluator

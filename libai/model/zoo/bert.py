@@ -257,5 +257,6 @@ class BertForPreTraining(nn.Module):
         if labels is None:
             raise DataError(
                 f"second_head={self.second_head!r} needs 'next_sentence_label' (B,) in the batch "
-                f"(0 = in order, 1 = random/swapped); or set model.second_head=None for MLM only")
+                f"(0 = in order, 1 = random/swapped), which BertDataset makes with next_sentence='nsp' "
+                f"or 'sop'; or set model.second_head=None for MLM only")
         return labels

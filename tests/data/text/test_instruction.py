@@ -185,17 +185,24 @@ def test_a_tokenizer_that_does_not_fit_the_model_stops_the_build(tmp_path, token
 def test_builtin_set_is_split_by_scene_as_the_pretraining_corpus(tmp_path):
     val, test = shakespeare_instructions("val"), shakespeare_instructions("test")
     assert len(val) > 1000 and len(test) > 1000
-    assert {r["task"] for r in val} == {"play", "speaker"}
+    assert {r["task"] for r in val} == {"next_speaker", "last_speaker"}
     scene = lambda r: r["_where"].rsplit(" speech", 1)[0]  # noqa: E731
     assert not {scene(r) for r in val} & {scene(r) for r in test}
     plays = {path.stem: path.read_text(encoding="utf-8") for path in shakespeare_files()}
-    for r in val:  # the title as the play's file heads it; the speaker as the text names them
-        if r["task"] == "play":
-            assert plays[r["play"]].startswith(f"# {r['response']}\n")
-            assert r["prompt"].startswith("Which play is this passage from?\n\n")
+    alternate = []
+    for r in val:  # two speeches under their speakers' names; a name answers
+        question, passage = r["prompt"].split("\n\n", 1)
+        first = passage.split(":\n")[0]
+        assert f"**{first}**" in plays[r["play"]] and f"**{r['response']}**" in plays[r["play"]]
+        assert 3 <= passage.count("\n") <= 5
+        if r["task"] == "last_speaker":
+            assert question == "Who speaks last in this passage?"
+            assert f"\n{r['response']}:\n" in passage
         else:
-            assert f"**{r['response']}**" in plays[r["play"]]
-            assert r["prompt"].startswith("Who speaks these lines?\n\n")
+            assert question == "Who speaks next?"
+            alternate.append(r["response"] == first)
+    # the next speaker is the one of two speeches back about two times in three
+    assert 0.5 < np.mean(alternate) < 0.8
     # the scenes are dealt as TextCorpus.split_documents deals the corpus's 781 documents
     corpus = SimpleNamespace(tokens=SimpleNamespace(num_docs=781), name="shakespeare")
     for split in ("train", "val", "test"):

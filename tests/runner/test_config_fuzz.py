@@ -151,7 +151,7 @@ def _pretrained(load_from: str, work_dir: Path) -> str:
     the initial weights of the config that writes it, saved once per test process."""
     if load_from not in PRETRAINED:
         source = ROOT / "configs" / f"{Path(load_from).parent.name}.py"
-        model = build_model(Config.fromfile(source))
+        model = build_model(Config.fromfile(source)["model"])
         path = work_dir.parent / f"pretrained-{source.stem}.pth"
         torch.save({"state_dict": model.state_dict()}, path)
         PRETRAINED[load_from] = str(path)

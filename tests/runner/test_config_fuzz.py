@@ -85,9 +85,16 @@ def _cost(tree: dict) -> int:
     return sum(v for _, v in leaves(tree.get("model") or {}) if isinstance(v, int))
 
 
+def _dataset_type(tree: dict, key: str) -> Any:
+    loader = tree.get(key.split(".")[0])
+    return (loader.get("dataset") or {}).get("type") if isinstance(loader, dict) else None
+
+
 def _load(path: Path) -> dict:
     tree = Config.fromfile(path).to_dict()
     for key, value in SHRINK.items():
+        if key.endswith("max_seq_length") and _dataset_type(tree, key) == "InstructionDataset":
+            continue  # the built-in questions need about 100 tokens to reach their answers
         try:
             if _walk(tree, key.split(".")) is not None:
                 _set(tree, key, value)

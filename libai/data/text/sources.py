@@ -154,7 +154,12 @@ def load_corpus(
     elif isinstance(source, (str, os.PathLike)) and _prefix_of(source) is not None:
         return _open_prefix(_prefix_of(source), tokenizer)
     else:
-        paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+        paths = [source] if isinstance(source, (str, os.PathLike)) else source
+        if not isinstance(paths, Sequence) or not paths or not all(
+                isinstance(p, (str, os.PathLike)) for p in paths):
+            raise ConfigError(f"corpus={source!r}: expected {BUILTIN_CORPORA[0]!r}, the prefix of a "
+                              f"corpus written by tools/preprocess_text.py, or text / JSON-lines "
+                              f"files (a path or a list of paths).")
         if len(paths) == 1 and not Path(paths[0]).exists():
             raise _not_found(paths[0])
         src = _files_source([Path(p) for p in paths], fmt, json_key)

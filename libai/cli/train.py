@@ -7,9 +7,9 @@
 Under torchrun (``torchrun --nproc_per_node 2 tools/train.py CONFIG``) each process trains one
 shard with DistributedDataParallel.
 
-Exit status: 0 done; 2 a mistake in the input (one line); 130 Ctrl-C; 128 + N stopped by signal N
-(143 SIGTERM, 138 SIGUSR1) once the checkpoint of the current iteration is written
-(docs/reliability.md).
+Exit status: 0 done; 2 a mistake in the input (one line); 128 + N stopped by signal N (130
+Ctrl-C, 143 SIGTERM, 138 SIGUSR1), while training once the checkpoint of the current iteration is
+written; a second Ctrl-C exits at once without it (docs/reliability.md).
 
 The same as ``python tools/train.py`` in a checkout.
 """

@@ -54,7 +54,8 @@ TOP_LEVEL_KEYS = {
     "resume": "True for the latest checkpoint in work_dir, or a checkpoint path",
     "resume_options": "dict(allow_changes=[...]): schedule changes accepted on resume",
     "custom_imports": "dict(imports=['my_module']): modules to import before anything is built",
-    "preemption": "dict(signals=['SIGTERM', 'SIGUSR1']) (default): save and stop on these; None: off",
+    "preemption": "dict(signals=['SIGTERM', 'SIGUSR1', 'SIGINT']) (default): save and stop on "
+                  "these; None: off",
 }
 
 
@@ -87,7 +88,7 @@ TOP_LEVEL_DEFAULTS = {
     "resume": "False",
     "resume_options": "None",
     "custom_imports": "None",
-    "preemption": "dict(signals=['SIGTERM', 'SIGUSR1'])",
+    "preemption": "dict(signals=['SIGTERM', 'SIGUSR1', 'SIGINT'])",
 }
 
 

@@ -1,8 +1,9 @@
 """Turn termination signals into a stop request that the training loops poll.
 
 A scheduler that wants a job gone (SLURM's ``--signal``, Kubernetes deleting a pod, a spot
-instance being reclaimed) sends SIGTERM or SIGUSR1 and, some time later, SIGKILL. The handler
-installed here only records the first signal; the loops ask :meth:`StopRequest.poll` at points
+instance being reclaimed) sends SIGTERM or SIGUSR1 and, some time later, SIGKILL; a person at the
+terminal presses Ctrl-C (SIGINT). The handler installed here only records the first signal (and,
+for Ctrl-C, says so on stderr); the loops ask :meth:`StopRequest.poll` at points
 where stopping is clean (between training steps, between evaluation batches), and all ranks of a
 distributed run agree through one small all-reduce, so one signalled rank is enough and every rank
 stops at the same step. A second signal ends the process at once with :func:`exit_status`.
@@ -10,6 +11,7 @@ stops at the same step. A second signal ends the process at once with :func:`exi
 >>> import signal
 >>> stop = StopRequest(["SIGUSR1"])
 >>> stop.install()
+True
 >>> _ = signal.raise_signal(signal.SIGUSR1)
 >>> stop.poll()  # the signal number, the same on every rank
 10
@@ -33,14 +35,14 @@ from .suggest import did_you_mean
 __all__ = ["DEFAULT_SIGNALS", "STOP_SIGNALS", "StopRequest", "StopRequested", "Preempted",
            "exit_status", "parse_preemption"]
 
-DEFAULT_SIGNALS = ("SIGTERM", "SIGUSR1")
+DEFAULT_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
 # Signals a job is commonly asked to stop with; SIGKILL and SIGSTOP cannot be caught.
 STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGHUP", "SIGQUIT")
 
 
 def exit_status(signum: int) -> int:
     """The exit status after stopping on ``signum``: 128 + its number (143 for SIGTERM, 138 for
-    SIGUSR1), what a shell reports for a process ended by that signal."""
+    SIGUSR1, 130 for SIGINT), what a shell reports for a process ended by that signal."""
     return 128 + int(signum)
 
 
@@ -149,6 +151,9 @@ class StopRequest:
                         f"last complete one is kept.\n".encode())
             os._exit(exit_status(signum))
         self.received = signum
+        if signum == signal.SIGINT:  # a person is waiting: say what happens and how to skip it
+            os.write(2, b"libai: Ctrl-C: finishing this step and saving it, then stopping; press "
+                        b"Ctrl-C again to exit at once without saving.\n")
 
     def poll(self) -> int:
         """The signal number if any rank received one, else 0. In a distributed run every rank

@@ -1,0 +1,63 @@
+"""Ctrl-C (SIGINT) while training saves the step reached, as SIGTERM does; a second Ctrl-C exits
+at once. Through tools/train.py on configs/digits_mlp.py in a child process, the SIGINT sent by the
+process to itself mid-step (SignalAtHook of test_preemption), then `--resume`: the final weights
+and every logged row are bit-identical to a run never interrupted.
+"""
+
+import os
+import subprocess
+
+import pytest
+import resume_helpers as rh
+from test_preemption import SECOND_SIGNAL
+
+from libai.checkpoint import load_checkpoint, read_latest
+
+N = 12
+SHORT = ["train_cfg.max_iters=12", "train_cfg.val_interval=6", "default_hooks.logger.interval=1",
+         "default_hooks.checkpoint.save_best=None"]
+
+
+def train_tool(tmp_path, work, *args):
+    driver = tmp_path / "driver.py"
+    driver.write_text(SECOND_SIGNAL.format(tests=os.path.dirname(__file__), tool=rh.TRAIN_TOOL))
+    return subprocess.run(
+        [rh.PYTHON, str(driver), "configs/digits_mlp.py", "--work-dir", str(work), *args],
+        cwd=rh.ROOT, env=rh.python_env(), capture_output=True, text=True, timeout=300)
+
+
+def rows(work):
+    return [{k: v for k, v in r.items() if k not in rh.NOT_COMPARED} for r in rh.read_scalars(work)]
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_the_step_and_resume_is_bit_identical(tmp_path):
+    straight = train_tool(tmp_path, tmp_path / "straight", "--cfg-options", *SHORT)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+
+    work = tmp_path / "w"
+    hook = "+custom_hooks=[{'type':'SignalAtHook','moment':'step','at':5,'signame':'SIGINT'}]"
+    out = train_tool(tmp_path, work, "--cfg-options", *SHORT, hook)
+    assert out.returncode == 130, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr and "error:" not in out.stderr
+    assert "libai: Ctrl-C: finishing this step and saving it" in out.stderr
+    assert "Stopped by SIGINT at iteration 5 of 12" in out.stdout + out.stderr
+    assert load_checkpoint(read_latest(work))["loop"]["iter"] == 5
+
+    resumed = train_tool(tmp_path, work, "--resume", "--cfg-options", *SHORT)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    ref = load_checkpoint(tmp_path / "straight" / f"iter_{N}.pth")["state_dict"]
+    got = load_checkpoint(work / f"iter_{N}.pth")["state_dict"]
+    rh.assert_same_tensors(ref, got, "state_dict")
+    assert rows(work) == rows(tmp_path / "straight")
+
+
+@pytest.mark.slow
+def test_second_ctrl_c_exits_at_once(tmp_path):
+    work = tmp_path / "w"
+    hook = "+custom_hooks=[{'type':'SignalAtHook','moment':'step','at':3,'signame':'SIGINT','times':2}]"
+    out = train_tool(tmp_path, work, "--cfg-options", *SHORT, hook)
+    assert out.returncode == 130, out.stderr[-3000:]
+    assert "second signal (SIGINT): exiting at once with status 130" in out.stderr
+    assert "Traceback" not in out.stderr and "Stopped by" not in out.stdout + out.stderr
+    assert read_latest(work) is None and not list(work.glob("*.pth"))

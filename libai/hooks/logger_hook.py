@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from libai.model.summary import format_flops
 from libai.registry import HOOKS, LOG_BACKENDS
 from libai.utils.dist import all_reduce_mean
 from libai.utils.errors import ConfigError
@@ -38,6 +39,29 @@ def _fmt(value: float) -> str:
     return f"{value:.4f}"
 
 
+def _rate(value: float, unit: str) -> str:
+    return f"{value:,.0f} {unit}" if abs(value) >= 100 else f"{value:.3g} {unit}"
+
+
+# ThroughputHook's figures as a person reads them in the log line (3 significant digits, or whole
+# numbers with thousands separators); the message hub, scalars.jsonl and TensorBoard keep the
+# full values under their keys
+_FIGURES = {
+    "samples_per_s": lambda v: _rate(v, "samples/s"),
+    "tokens_per_s": lambda v: _rate(v, "tokens/s"),
+    "tflops": lambda v: f"{format_flops(v * 1e12)}/s",  # 7.12 TFLOP/s; 712 GFLOP/s below one
+    "mfu": lambda v: f"MFU {v * 100:.3g}%",
+}
+
+
+def _part(key: str, value: float) -> str:
+    """``key: value`` in the log line, or the figure as a person reads it (``3,323 samples/s``)."""
+    figure = _FIGURES.get(key)
+    if figure is not None and math.isfinite(value):
+        return figure(value)
+    return f"{key}: {_fmt(value)}"
+
+
 @HOOKS.register_module()
 class LoggerHook(Hook):
     """Log training progress every ``interval`` iterations and validation metrics after each set.
@@ -55,6 +79,8 @@ class LoggerHook(Hook):
     ``eta`` extrapolates this session's average speed (validation included), ``lr`` is the first
     param group's, and the optimizer wrapper's ``scalars()`` (``grad_norm``, ``loss_scale``) are
     the values at the logged step. On CUDA ``memory`` is the peak allocated memory in MiB.
+    ThroughputHook's figures are written for reading (``3,323 samples/s  7.12 TFLOP/s  MFU 41.2%``);
+    the backends get their full values (``train/samples_per_s``, ``train/tflops``, ``train/mfu``).
 
     Only rank 0 writes backends, draws the bar (on a terminal only) and plots.
 
@@ -275,8 +301,8 @@ class LoggerHook(Hook):
         parts += [f"{k}: {v:.4f}" for k, v in timing.items()]
         if "memory" in extra:
             parts.append(f"memory: {extra['memory']:.0f}")
-        parts += [f"{k}: {_fmt(v)}" for k, v in means.items()]
-        parts += [f"{k}: {_fmt(v)}" for k, v in extra.items() if k not in ("lr", "memory")]
+        parts += [_part(k, v) for k, v in means.items()]
+        parts += [_part(k, v) for k, v in extra.items() if k not in ("lr", "memory")]
         return "  ".join(parts)
 
     # ----------------------------------------------------------------------- val / test

@@ -357,3 +357,20 @@ def test_options_are_checked():
         HOOKS.build(dict(type="LoggerHook", intervall=3))
     with pytest.raises(Exception, match="JsonBackend"):
         LoggerHook(backends=[dict(type="JsonBackend")])
+
+
+def test_throughput_figures_read_as_a_person_reads_them():
+    """The log line formats ThroughputHook's figures for reading (issue 27): thousands
+    separators, 3 significant digits, FLOP/s with its SI prefix and MFU in percent; other keys
+    keep `key: value`. The values written to scalars.jsonl are not touched (test_throughput_hook)."""
+    from libai.hooks.logger_hook import _part
+
+    assert _part("samples_per_s", 3322.8005) == "3,323 samples/s"
+    assert _part("samples_per_s", 9.5681) == "9.57 samples/s"
+    assert _part("tokens_per_s", 1234567.8) == "1,234,568 tokens/s"
+    assert _part("tflops", 7.1233) == "7.12 TFLOP/s"
+    assert _part("tflops", 7.1233e-04) == "712 MFLOP/s"
+    assert _part("mfu", 8.7e-05) == "MFU 0.0087%"
+    assert _part("mfu", 0.41237) == "MFU 41.2%"
+    assert _part("loss", 0.43211) == "loss: 0.4321"
+    assert _part("samples_per_s", float("nan")) == "samples_per_s: nan"

@@ -108,8 +108,9 @@ def test_linear_flops_are_the_analytic_count_and_lines_show_throughput(tmp_path)
     lines = [line for line in log.splitlines() if " - Iter [" in line]
     assert len(lines) == 3  # iterations 2, 4, 5
     for line in lines:
-        assert re.search(r"samples_per_s: [\d.e+-]+", line) and "tflops: " in line
-        assert "mfu: " in line and "tokens_per_s" not in line
+        # as a person reads them (issue 27); scalars.jsonl keeps the full values (below)
+        assert re.search(r"  [\d,.]+ samples/s  [\d.]+ [kMGT]?FLOP/s  MFU [\d.e+-]+%", line)
+        assert "samples_per_s" not in line and "tflops" not in line and "tokens/s" not in line
     # the value is the batch over the interval's mean iteration time, as in the line's `time`
     hub = runner.message_hub
     last = list(hub.history("train/time").values)[-1]  # iteration 5 alone
@@ -119,6 +120,9 @@ def test_linear_flops_are_the_analytic_count_and_lines_show_throughput(tmp_path)
     with open(os.path.join(runner.series_dir, "scalars.jsonl")) as f:
         rows = [json.loads(line) for line in f]
     assert [r["step"] for r in rows if "train/samples_per_s" in r] == [2, 4, 5]
+    full = [r for r in rows if "train/mfu" in r][-1]  # the full values, not the line's text
+    assert full["train/samples_per_s"] == pytest.approx(hub.latest("train/samples_per_s"), rel=1e-12)
+    assert full["train/mfu"] == pytest.approx(hub.latest("train/mfu"), rel=1e-12)
     # counted once: after the first step the hook left the per-iteration stage it counted in
     assert not any(isinstance(m.__self__, ThroughputHook)
                    for m in runner.stage_methods.get("before_train_iter", ()))
@@ -132,8 +136,8 @@ def test_tokens_per_second_for_batches_with_input_ids(tmp_path):
     assert hub.latest("train/tokens_per_s") == pytest.approx(
         hub.latest("train/samples_per_s") * Tokens.T)
     lines = [line for line in _log(runner).splitlines() if " - Iter [" in line]
-    assert lines and all("samples_per_s: " in x and "tokens_per_s: " in x for x in lines)
-    assert all("mfu" not in x for x in lines)  # a CPU has no known peak
+    assert lines and all(" samples/s  " in x and " tokens/s  " in x for x in lines)
+    assert all("MFU" not in x for x in lines)  # a CPU has no known peak
 
 
 def test_epoch_loop_lines_carry_throughput(tmp_path):
@@ -143,7 +147,7 @@ def test_epoch_loop_lines_carry_throughput(tmp_path):
     lines = [x for x in _log(runner).splitlines() if " - Epoch [" in x]
     assert [x.split(" - ")[-1].split("  ")[0] for x in lines] == [
         "Epoch [1/2][3/4]", "Epoch [1/2][4/4]", "Epoch [2/2][3/4]", "Epoch [2/2][4/4]"]
-    assert all("samples_per_s: " in x and "tflops: " in x for x in lines)
+    assert all(" samples/s  " in x and x.endswith("FLOP/s") for x in lines)
 
 
 def _train(tmp_path, throughput):

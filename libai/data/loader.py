@@ -121,6 +121,17 @@ def _check_keys(cfg: Mapping, path: str) -> None:
                 )
 
 
+def _check_collate(dataset: Any, spec: Any, path: str) -> None:
+    """A dataset whose items differ in length names the collate function that pads them
+    (``metainfo["collate_fn"]``); the default one, which stacks, cannot batch them."""
+    meta = getattr(dataset, "metainfo", None)
+    wanted = meta.get("collate_fn") if isinstance(meta, Mapping) else None
+    if wanted and spec in (None, "default_collate"):
+        raise ConfigError(f"'{path}.collate_fn' = {spec!r} stacks items of equal length, but "
+                          f"{type(dataset).__name__}'s items differ in length: write "
+                          f"collate_fn={wanted!r}, which pads each batch to its longest item.")
+
+
 def _build_collate(spec: Any, path: str) -> Callable[[list[Any]], Any]:
     if spec is None:
         return COLLATE_FUNCTIONS.get("default_collate")
@@ -209,6 +220,7 @@ def build_dataloader(
     dataset = cfg["dataset"]
     if isinstance(dataset, Mapping):
         dataset = DATASETS.build(dataset, path=f"{path}.dataset")
+    _check_collate(dataset, cfg.get("collate_fn"), path)
     sampler_seed = dist.broadcast_object(seed) if diff_rank_seed else seed
     sampler = _build_sampler(cfg.get("sampler"), dataset, sampler_seed, rank, world_size, path, pad,
                              cfg["batch_size"])

@@ -233,7 +233,8 @@ class InstructionDataset(Dataset):
         self.lengths = np.array([len(row["input_ids"]) for row in self.rows], dtype=np.int64)
         self.metainfo = {"vocab_size": self.tokenizer.vocab_size, "max_seq_length": max_seq_length,
                          "tokenizer": self.tokenizer.source, "template": self.template,
-                         "eod_id": self.tokenizer.eod_id}
+                         "eod_id": self.tokenizer.eod_id,
+                         "collate_fn": "instruction_collate"}  # items differ in length
 
     def __len__(self) -> int:
         return len(self.rows)

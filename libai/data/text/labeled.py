@@ -111,7 +111,8 @@ class LabeledTextDataset(Dataset):
         self.lengths = np.array([len(item["input_ids"]) for item in self.items], dtype=np.int64)
         self.metainfo = {"classes": self.classes, "task": task,
                          "vocab_size": self.tokenizer.vocab_size, "max_seq_length": max_seq_length,
-                         "tokenizer": self.tokenizer.source}
+                         "tokenizer": self.tokenizer.source,
+                         "collate_fn": "pad_collate"}  # items differ in length
         print_log(f"{self.name} {split}: {len(self.items):,} samples, "
                   f"{int(self.lengths.mean())} tokens on average; {self._counts_text()}")
 

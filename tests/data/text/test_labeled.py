@@ -167,6 +167,16 @@ def test_length_grouped_batches_are_nearly_uniform_and_deterministic(tmp_path, t
     assert grouped_pad < 0.3 * plain_pad
 
 
+@pytest.mark.parametrize("collate_fn", [None, "default_collate"])
+def test_a_loader_that_would_stack_items_of_different_lengths_names_the_padding_one(
+        tmp_path, tok_path, collate_fn):
+    rows = [{"text": "word " * n, "label": n % 2} for n in range(1, 9)]
+    ds = LabeledTextDataset(write(tmp_path / "t.jsonl", rows), tok_path)
+    with pytest.raises(ConfigError, match=r"'train_dataloader.collate_fn' = .*collate_fn='pad_collate'"):
+        build_dataloader(dict(dataset=ds, batch_size=4, collate_fn=collate_fn), seed=0,
+                         path="train_dataloader")
+
+
 def test_genre_set_is_split_by_play_with_all_three_genres():
     splits = {s: genre_records(s) for s in ("train", "val", "test")}
     plays = {s: {r["play"] for r in recs} for s, recs in splits.items()}

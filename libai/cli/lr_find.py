@@ -1,5 +1,6 @@
 """``libai lr-find`` (``python tools/lr_find.py``): the learning-rate range test of
-:func:`libai.tuning.find_lr`, printed as a train command and a ``--cfg-options`` line.
+:func:`libai.tuning.find_lr`, printed as a train command
+that sets it (``--cfg-options optim_wrapper.optimizer.lr=...``).
 
     libai lr-find CONFIG [--cfg-options key=value ...] [--start-lr 1e-7] [--end-lr 10]
         [--num-iters 100] [--diverge 4.0] [--smooth 0.05] [--out lr_find.png] [--amp] [--debug]
@@ -55,6 +56,5 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     kept = {k: v for k, v in (args.cfg_options or {}).items() if k.lstrip("+") != LR_KEY}
     words = ["python", "tools/train.py", args.config, *(["--amp"] if args.amp else []),
              "--cfg-options", *option_words(kept), f"{lr_key}={lr:.1e}"]
-    print("  " + " ".join(shlex.quote(w) for w in words))
-    print(f"--cfg-options {lr_key}={lr:.1e}")
+    print("  " + " ".join(shlex.quote(w) for w in words))  # the flag once, in the command
     return 0

@@ -21,8 +21,8 @@ Suggested lr: where the smoothed loss falls fastest, i.e. the most negative slop
 smoothed loss against log(lr), ignoring the first tenth of the steps (at most 10) and the last
 one, as Lightning does; unlike Lightning, only up to the lowest smoothed loss (a fall after a
 spike past the minimum is no place to train). The lr of the lowest smoothed loss is printed too
-(a tenth of it is the other common rule of thumb). The suggestion is printed as a train command
-and as an option ready to paste: ``--cfg-options optim_wrapper.optimizer.lr=3.2e-03``.
+(a tenth of it is the other common rule of thumb). The suggestion is printed once, as a train command
+ready to paste that ends in ``--cfg-options ... optim_wrapper.optimizer.lr=3.2e-03``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOL = os.path.join(ROOT, "tools", "lr_find.py")
 DIGITS = os.path.join(ROOT, "configs", "digits_mlp.py")
-SUGGESTION = re.compile(r"^--cfg-options optim_wrapper\.optimizer\.lr=(\S+)$", re.M)
+# the train command that sets the suggested lr: printed once (issue 27)
+SUGGESTION = re.compile(r"^  python tools/train\.py .*--cfg-options .*optim_wrapper\.optimizer\.lr=(\S+)$",
+                        re.M)
 
 
 def run(*args, cwd, env=None):
@@ -42,6 +44,7 @@ def test_suggests_lr_writes_plot_and_leaves_no_files(tmp_path):
     lr = float(match.group(1))
     assert 1e-7 <= lr <= 10 and math.isfinite(lr)
     assert f"Suggested lr {match.group(1)}" in out.stdout
+    assert out.stdout.count("optim_wrapper.optimizer.lr=") == 1  # the flag once, in the command
     # the full train command keeps the other options and adds the lr
     assert "train_dataloader.batch_size=64" in out.stdout
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000

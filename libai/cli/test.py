@@ -42,7 +42,10 @@ def main(argv=None, prog=None):
         hooks.append(dict(type="DumpPredictionsHook", path=args.dump))
         cfg.custom_hooks = hooks
     runner = Runner.from_cfg(cfg)
-    metrics = runner.test()
+    try:
+        metrics = runner.test()
+    finally:
+        runner.close()  # the work dir is free for the next run
     runner.logger.info("Test metrics: " + "  ".join(f"{k}: {v:.4f}" for k, v in metrics.items()))
 
 

@@ -79,11 +79,14 @@ def main(argv=None, prog=None):
     if args.load_from:
         cfg.load_from = args.load_from
     runner = Runner.from_cfg(cfg, fast_dev_run=args.fast_dev_run)
-    # the test set is built before training: a mistake in it must not cost the whole run
-    test_loop = None if args.fast_dev_run else runner.test_loop
-    runner.train()
-    if test_loop is not None:
-        runner.test()
+    try:
+        # the test set is built before training: a mistake in it must not cost the whole run
+        test_loop = None if args.fast_dev_run else runner.test_loop
+        runner.train()
+        if test_loop is not None:
+            runner.test()
+    finally:
+        runner.close()  # the work dir is free for the next run
 
 
 

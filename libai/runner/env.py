@@ -22,6 +22,7 @@ __all__ = [
     "init_distributed",
     "select_device",
     "seed_everything",
+    "lock_work_dir",
     "make_run_dir",
     "open_run",
     "make_logger",
@@ -80,6 +81,26 @@ def seed_everything(randomness: dict, rank: int | None = None) -> int:
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
     return int(seed)
+
+
+def lock_work_dir(work_dir: str, dry_run: bool = False) -> Any:
+    """Take ``work_dir``'s lock (:mod:`libai.utils.run_lock`) on rank 0, so that a second run
+    started there is refused with one line on every rank; the returned lock is held until it is
+    collected or the process ends. A dry run writes nothing there and takes none (None)."""
+    if dry_run:
+        return None
+    from libai.utils.run_lock import acquire
+
+    lock, refusal = None, None
+    if dist.is_main_process():
+        try:
+            lock = acquire(work_dir)
+        except ConfigError as e:
+            refusal = str(e)
+    refusal = dist.broadcast_object(refusal)
+    if refusal is not None:
+        raise ConfigError(refusal)
+    return lock
 
 
 def make_run_dir(work_dir: str, dry_run: bool = False) -> tuple[str, str]:

@@ -73,6 +73,8 @@ class Runner:
         self._diff_rank_seed = bool(randomness.get("diff_rank_seed"))
         self.work_dir = os.path.abspath(cfg.get("work_dir") or "work_dirs/default")
         self.experiment_name = cfg.get("experiment_name") or env.config_name(cfg)
+        # one run at a time in a work dir: held by this runner until it is collected or we exit
+        self._work_dir_lock = env.lock_work_dir(self.work_dir, self.fast_dev_run > 0)
         # a dry run's folder is a temporary one: it leaves the work dir as it was
         self.timestamp, self.log_dir, self.logger, config_text = env.open_run(
             cfg, self.work_dir, self.fast_dev_run > 0, self.device, self.seed, self.rank)
@@ -281,6 +283,12 @@ class Runner:
             finally:
                 self.checkpointer.close()
         return self.unwrapped_model
+
+    def close(self) -> None:
+        """Give the work dir back to other runs (its lock). Also done when the runner is
+        collected or the process ends, after an error too; the runner can still be read."""
+        if self._work_dir_lock is not None:
+            self._work_dir_lock.release()
 
     def val(self) -> dict[str, float]:
         """Validate once; returns the metrics."""

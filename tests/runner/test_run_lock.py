@@ -1,0 +1,125 @@
+"""One run at a time in a work dir (libai/utils/run_lock.py): a second run is refused with one line
+naming the first, before it writes anything; a lock left by a killed run does not block; the lock
+goes when the run ends, after an error too."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from libai.runner import Runner
+from libai.testing import toy_config
+from libai.utils.errors import ConfigError
+from libai.utils.run_layout import run_folders
+from libai.utils.run_lock import LOCK_NAME, acquire, holder
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def write_lock(work, pid, host=None):
+    os.makedirs(work, exist_ok=True)
+    record = dict(pid=pid, host=host or socket.gethostname(), token="t", started="2026-11-26 08:00:00",
+                  command="tools/train.py configs/digits_mlp.py")
+    with open(os.path.join(work, LOCK_NAME), "w") as f:
+        json.dump(record, f)
+
+
+def cfg(work):
+    return toy_config(work_dir=str(work), train_cfg=dict(max_iters=2, val_interval=10))
+
+
+@pytest.fixture
+def other_run():
+    """A live process standing for a run that holds a work dir."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_second_run_is_refused_naming_the_first_and_writes_nothing(tmp_path, other_run):
+    work = tmp_path / "w"
+    write_lock(work, other_run.pid)
+    with pytest.raises(ConfigError) as info:
+        Runner.from_cfg(cfg(work))
+    line = str(info.value)
+    assert "\n" not in line
+    assert f"is in use by another run: PID {other_run.pid} on this host, started 2026-11-26 08:00:00" in line
+    assert "tools/train.py configs/digits_mlp.py" in line and "--work-dir" in line
+    assert run_folders(str(work)) == [] and holder(str(work))["pid"] == other_run.pid
+
+
+def test_a_lock_from_another_host_blocks_and_says_which_file_to_delete(tmp_path):
+    work = tmp_path / "w"
+    write_lock(work, 1, host="elsewhere-node-7")
+    with pytest.raises(ConfigError, match=r"PID 1 on host elsewhere-node-7.*If that run is gone, "
+                                          r"delete .*\.libai_lock"):
+        acquire(str(work))
+
+
+def test_a_stale_lock_of_a_killed_run_does_not_block(tmp_path, capfd):
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    work = tmp_path / "w"
+    write_lock(work, int(gone.stdout))
+    runner = Runner.from_cfg(cfg(work))
+    assert holder(str(work))["pid"] == os.getpid()
+    assert f"the run that held it (PID {int(gone.stdout)}" in capfd.readouterr().err
+    runner.train()
+    runner.close()
+    assert holder(str(work)) is None
+
+
+def test_same_process_runs_one_after_the_other(tmp_path):
+    work = tmp_path / "w"
+    first = Runner.from_cfg(cfg(work))
+    first.train()
+    second = Runner.from_cfg(cfg(work))  # a script training twice in one work dir
+    first.close()  # the earlier runner's release leaves the later one's lock alone
+    assert holder(str(work))["pid"] == os.getpid()
+    second.close()
+    assert holder(str(work)) is None
+
+
+def test_a_fast_dev_run_takes_no_lock(tmp_path, other_run):
+    work = tmp_path / "w"
+    write_lock(work, other_run.pid)
+    Runner.from_cfg(cfg(work), fast_dev_run=1).train()
+
+
+LOCK_THEN = """
+import os, sys
+from libai.utils.run_lock import acquire
+lock = acquire(sys.argv[1])
+{end}
+"""
+
+
+@pytest.mark.parametrize("end, left", [
+    ("raise RuntimeError('a bug')", False),
+    ("raise SystemExit(2)", False),
+    ("os._exit(137)", True),  # as kill -9: the file stays, stale
+])
+def test_released_at_exit_also_on_error(tmp_path, end, left):
+    work = tmp_path / "w"
+    out = subprocess.run([sys.executable, "-c", LOCK_THEN.format(end=end), str(work)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert (holder(str(work)) is not None) is left
+    acquire(str(work)).release()  # a stale one does not block
+
+
+def test_train_tool_refuses_a_busy_work_dir_in_one_line(tmp_path, other_run):
+    work = tmp_path / "w"
+    write_lock(work, other_run.pid)
+    out = subprocess.run(
+        [sys.executable, "tools/train.py", "configs/digits_mlp.py", "--work-dir", str(work)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith(f"error: {work} is in use by another "
+                                                          f"run: PID {other_run.pid} on this host")
+    assert run_folders(str(work)) == []

@@ -29,12 +29,15 @@ def _fmt(v: float | None) -> str:
 
 
 def _duration(seconds: float | None) -> str:
+    """One format for every length, ``h:mm:ss.s`` (as the log lines' ``eta``, with tenths for
+    short runs): ``0:00:02.5``, ``0:02:43.0``, ``12:00:00.0``."""
     if seconds is None:
         return "-"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    s = int(round(seconds))
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+    if seconds != seconds or math.isinf(seconds):
+        return str(seconds)
+    tenths = int(round(seconds * 10))
+    s, tenth = divmod(tenths, 10)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}.{tenth}"
 
 
 TRAIN_TIME_NOTE = (

@@ -13,12 +13,19 @@ The rules (doc_blocks.py and shell_blocks.py have the details):
   file (a config is loaded and checked, a module only compiled; a later block uses it), and one
   headed with a file of the repository must show it as it is; a block assigning ``_base_`` is
   loaded as a config, one made only of top-level config keys is checked as a fragment on top of
-  configs/digits_mlp.py; anything else is executed. A doctest's output may use ``~X``/``X±T``.
+  configs/digits_mlp.py; anything else is executed. A doctest's output compares as a console
+  block's does.
 - ``bash``/``shell``: each command must exit with status 0. ``python tools/X.py ...`` runs in this
   process (as ``python`` would run it), which saves a torch import per command; other commands go
   to bash; ``pip install`` is refused (it needs the network: mark the block skipped).
 - ``console``: ``$ command`` lines, each followed by the output it shows, compared with whitespace
-  collapsed; ``...`` is any text, ``~X`` a figure within 10%, ``X±T`` one within T.
+  collapsed; a clock time (``08:24:08``, an ETA) matches any. A block shows real lines: an
+  ``<!-- output: ... -->`` comment directly above it keeps the tolerances out of the reader's
+  way, its parts separated by ``;``: ``excerpt`` (these lines among the printed ones, in
+  order), ``figures ±T`` or ``±P%`` (every decimal figure within T), ``LABEL ±T`` and
+  ``LABEL any`` (the figure after ``val/loss:``, ``duration:``). Above a python block it applies
+  to the doctests' output. The older inline notation still works where a page has not moved:
+  ``...`` is any text, ``~X`` a figure within 10%, ``X±T`` one within T.
 - ``yaml``/``json``: parsed; headed ``# name.yaml`` they are written for later blocks.
 - ``text``: shown only (trees, log excerpts). Any other fence, or none, fails.
 - ``<!-- skip: next "reason" -->`` directly above a block skips it; the reason is required and

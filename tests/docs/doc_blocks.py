@@ -19,7 +19,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from shell_blocks import compare_output, evaluate_console, evaluate_shell
+from shell_blocks import (
+    OUTPUT_COMMENT,
+    OutputOptions,
+    apply_output_options,
+    compare_output,
+    evaluate_console,
+    evaluate_shell,
+    output_options_above,
+    parse_output_options,
+)
 from sybil import Example, Region
 from sybil.evaluators.doctest import OutputChecker
 from sybil.parsers.abstract.lexers import LexerCollection
@@ -39,13 +48,14 @@ def setup_sandbox(namespace: dict) -> None:
     """Make the document's sandbox and enter it (Sybil calls this before a document's blocks)."""
     root = Path(tempfile.mkdtemp(prefix="libai_docs_"))
     shutil.copytree(REPO / "configs", root / "configs")
-    for name in ("tools", "benchmarks", "docs", "requirements", "README.md", "pyproject.toml"):
+    for name in LINKED:
         if (REPO / name).exists():
             (root / name).symlink_to(REPO / name)
     import torch
 
     namespace[SANDBOX_KEY] = dict(
         root=root, cwd=os.getcwd(), sys_path=list(sys.path), modules=set(sys.modules),
+        untracked=_untracked_in_links(),
         registries={reg: set(reg._module_dict) for reg in _registries()},
         threads=torch.get_num_threads(), omp=os.environ.get("OMP_NUM_THREADS"),
     )
@@ -77,7 +87,51 @@ def teardown_sandbox(namespace: dict) -> None:
         if str(getattr(sys.modules[name], "__file__", None) or "").startswith(root):
             del sys.modules[name]
     _stop_children_in(root)
+    left = _left_in_a_checkout(Path(root), state["untracked"])
     shutil.rmtree(root, ignore_errors=True)
+    if left:
+        raise AssertionError(
+            "followed in a checkout, this page leaves files that `git status` shows: "
+            + ", ".join(left[:20]) + ". Write them under work_dirs/ or name them my_* (both "
+            "git-ignored), or add the path to .gitignore."
+        )
+
+
+# The sandbox links these; what a page writes through a link lands in the repository.
+LINKED = ("tools", "benchmarks", "docs", "requirements", "README.md", "pyproject.toml")
+
+
+def _untracked_in_links() -> set[str]:
+    import subprocess
+
+    out = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "--", *LINKED],
+                         cwd=REPO, capture_output=True, text=True)
+    return set(out.stdout.splitlines())
+
+
+def _left_in_a_checkout(root: Path, untracked_before: set[str]) -> list[str]:
+    """What a reader following the page in a checkout would see in `git status`: the files the
+    page wrote into its sandbox that .gitignore does not cover (the harness's own config
+    fragments and the unchanged copy of configs/ aside), and new files under the linked
+    folders."""
+    import subprocess
+
+    written = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if rel.parts[0] in LINKED or path.is_dir() or path.is_symlink():
+            continue
+        if rel.parts[0] == "configs":
+            shipped = REPO / rel
+            if rel.name.startswith("_doc_block_") or (
+                shipped.is_file() and shipped.read_bytes() == path.read_bytes()
+            ):
+                continue
+        written.append(rel.as_posix())
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], cwd=REPO,
+                             input="\n".join(written), capture_output=True, text=True)
+    left = sorted(set(written) - set(ignored.stdout.splitlines()))
+    return left + sorted(_untracked_in_links() - untracked_before)
 
 
 def _stop_children_in(root: str) -> None:
@@ -149,21 +203,62 @@ def _fail_with_parsed(example: Example) -> str:
 
 
 class PythonBlockParser(PythonCodeBlockParser):
-    """```python blocks: `>>>` sessions run as doctests; the rest by :func:`evaluate_python`."""
+    """```python blocks: `>>>` sessions run as doctests; the rest by :func:`evaluate_python`.
+    An `<!-- output: ... -->` comment above the block applies to its doctests' output."""
 
     def __init__(self) -> None:
         super().__init__(doctest_optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
         self.codeblock_parser = CodeBlockParser("python", evaluate_python)
-        self.doctest_parser.evaluator.runner._checker = _ApproxChecker()
+        self.checker = _ApproxChecker()
+        self.doctest_parser.evaluator.runner._checker = self.checker
+
+    def __call__(self, document):
+        for region in super().__call__(document):
+            if region.evaluator is self.doctest_parser.evaluator:
+                region.evaluator = self._with_options(region.evaluator)
+            yield region
+
+    def _with_options(self, evaluator):
+        def evaluate(example: Example):
+            self.checker.options = output_options_above(example.document.text,
+                                                        example.region.start)
+            try:
+                return evaluator(example)
+            finally:
+                self.checker.options = OutputOptions()
+
+        return evaluate
 
 
 class _ApproxChecker(OutputChecker):
-    """doctest's comparison, and :func:`compare_output`'s when the output shows `~X` or `X±T`."""
+    """doctest's comparison, and :func:`compare_output`'s when the output shows `~X` or `X±T`
+    or the block has `<!-- output: ... -->` options."""
+
+    options = OutputOptions()
 
     def check_output(self, want: str, got: str, optionflags: int) -> bool:
+        if self.options != OutputOptions():
+            return compare_output(apply_output_options(want, self.options), got) is None
         if "~" in want or "±" in want:
             return compare_output(want, got) is None
         return super().check_output(want, got, optionflags)
+
+
+class OutputOptionsParser:
+    """`<!-- output: ... -->` must parse and sit directly above a console or python block."""
+
+    def __call__(self, document):
+        for m in OUTPUT_COMMENT.finditer(document.text):
+            following = document.text[m.end():].lstrip()
+            problem = None
+            try:
+                parse_output_options(m.group(1))
+            except AssertionError as e:
+                problem = str(e)
+            if not problem and not re.match(r"```(console|python)\n", following):
+                problem = "'<!-- output: ... -->' must sit directly above a console or python block"
+            if problem:
+                yield Region(m.start(), m.end(), problem, _fail_with_parsed)
 
 
 class UnlabeledFenceParser:
@@ -186,6 +281,7 @@ class UnlabeledFenceParser:
 def parsers() -> list:
     return [
         ReasonedSkipParser(),
+        OutputOptionsParser(),
         PythonBlockParser(),
         CodeBlockParser("bash", evaluate_shell),
         CodeBlockParser("shell", evaluate_shell),

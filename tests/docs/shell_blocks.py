@@ -11,6 +11,7 @@ import runpy
 import shlex
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sybil import Example
@@ -120,11 +121,14 @@ def evaluate_console(example: Example) -> str | None:
 
     Output is compared with whitespace runs (line breaks too) collapsed, so wrapped messages
     match; `...` stands for any text (also several lines); `~X` for a figure within
-    APPROX_REL_TOL of X; `X±T` for one within T of X. A command must exit with status 0 unless
-    the output it shows has an `error:` line."""
+    APPROX_REL_TOL of X; `X±T` for one within T of X; a clock time (`08:17:21`, an ETA `0:00:04`)
+    for any clock time. An `<!-- output: ... -->` comment directly above the block lets it show
+    real lines instead of that notation (:func:`parse_output_options`). A command must exit with
+    status 0 unless the output it shows has an `error:` line."""
+    options = output_options_above(example.document.text, example.region.start)
     for command, expected in parse_console(str(example.parsed)):
         status, output = run_command(command)
-        problem = compare_output(expected, output)
+        problem = compare_output(apply_output_options(expected, options), output)
         if problem is None and status != 0 and "error" not in expected.lower():
             problem = f"exited with status {status}"
         if problem:
@@ -153,7 +157,96 @@ def parse_console(text: str) -> list[tuple[str, str]]:
 
 
 _NUMBER = r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
-_TOKEN = re.compile(rf"(\.\.\.)|~({_NUMBER})|({_NUMBER})±({_NUMBER})")
+_CLOCK = r"\d{1,3}:\d\d:\d\d"  # a time of day or an ETA: never the same twice
+_TOKEN = re.compile(rf"(\.\.\.)|(?<![\d:])({_CLOCK})(?![\d:])|~({_NUMBER})|({_NUMBER})±({_NUMBER})")
+
+
+# ------------------------------------------------------------------------------- output options
+@dataclass
+class OutputOptions:
+    """What an `<!-- output: ... -->` comment above a console block (or a doctest) declares."""
+
+    excerpt: bool = False  # the shown lines are some of the printed ones, in order
+    figures: str | None = None  # tolerance of every decimal figure: "0.02" or "10%"
+    labels: dict[str, str] = field(default_factory=dict)  # label -> tolerance, or "any"
+
+
+OUTPUT_COMMENT = re.compile(r"^<!--\s*output:(.*?)-->", re.DOTALL | re.MULTILINE)
+_TOLERANCE = re.compile(rf"±({_NUMBER}%?)|any")
+# a decimal figure that is not part of a word, a version or a path (`v1.2.3`, `iter_2.pth`)
+_DECIMAL = re.compile(r"(?<![\w.±~/])(-?\d+\.\d+(?:[eE][-+]?\d+)?)(?![\w.]*\w|±)")
+
+
+def parse_output_options(text: str) -> OutputOptions:
+    """Parse `<!-- output: excerpt; figures ±0.02; val/loss: ±10%; duration: any -->`.
+
+    The parts, separated by `;`, each optional:
+
+    - `excerpt`: the block shows some of the printed lines, in order, others may come before,
+      between and after them (a reader sees real lines, not `...` lines).
+    - `figures ±T` (or `±P%`): every decimal figure shown (`0.9781`; integers compare exactly)
+      matches a printed one within T (or P percent of it).
+    - `LABEL ±T`, `LABEL any`: the figure right after LABEL (`val/loss:`, `duration:`) within T,
+      or any figure (times, rates).
+    """
+    options = OutputOptions()
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        if part == "excerpt":
+            options.excerpt = True
+            continue
+        name, _, tolerance = part.rpartition(" ")
+        if not name or not _TOLERANCE.fullmatch(tolerance):
+            raise AssertionError(
+                f"<!-- output: --> part {part!r}: write 'excerpt', 'figures ±T', 'LABEL ±T' or "
+                f"'LABEL any' (T a number, or a percentage as ±10%)"
+            )
+        tolerance = tolerance.lstrip("±")
+        if name == "figures":
+            options.figures = tolerance
+        else:
+            options.labels[name.strip()] = tolerance
+    return options
+
+
+def output_options_above(text: str, start: int) -> OutputOptions:
+    """The options of the `<!-- output: -->` comment directly above the fenced block that holds
+    position `start` (a console block starts at its fence; a doctest inside one)."""
+    fence = text.rfind("\n```", 0, start + 3)
+    above = text[: fence + 1 if fence >= 0 else start].rstrip()
+    matches = list(OUTPUT_COMMENT.finditer(above))
+    if not matches or matches[-1].end() != len(above):
+        return OutputOptions()
+    return parse_output_options(matches[-1].group(1))
+
+
+def apply_output_options(expected: str, options: OutputOptions) -> str:
+    """The shown output rewritten in the notation :func:`compare_output` reads."""
+    if options.labels:
+        labels = "|".join(re.escape(k) for k in sorted(options.labels, key=len, reverse=True))
+
+        def per_label(m: re.Match) -> str:
+            tolerance = options.labels[m.group(1)]
+            if tolerance == "any":
+                return f"{m.group(1)}{m.group(2)}\0any\0"
+            return f"{m.group(1)}{m.group(2)}{_with_tolerance(m.group(3), tolerance)}"
+
+        expected = re.sub(rf"(?<!\S)({labels})(\s*)({_NUMBER})", per_label, expected)
+    if options.figures:
+        expected = _DECIMAL.sub(lambda m: _with_tolerance(m.group(1), options.figures), expected)
+    expected = expected.replace("\0any\0", "...")
+    if options.excerpt:
+        lines = [line for line in expected.splitlines() if line.strip()]
+        # no whitespace around the gaps: a shown line may be the first or the last printed
+        expected = "...".join(["", *lines, ""]) if lines else ""
+    return expected
+
+
+def _with_tolerance(figure: str, tolerance: str) -> str:
+    if tolerance.endswith("%"):
+        tolerance = f"{abs(float(figure)) * float(tolerance[:-1]) / 100:.6g}"
+    return f"{figure}±{tolerance}"
 
 
 def compare_output(expected: str, actual: str) -> str | None:
@@ -167,13 +260,15 @@ def compare_output(expected: str, actual: str) -> str | None:
         pattern.append(re.escape(expected[pos:m.start()]))
         if m.group(1):
             pattern.append(".*?")
+        elif m.group(2):
+            pattern.append(_CLOCK)
         else:
             pattern.append(f"({_NUMBER})")
-            if m.group(2):
-                value = float(m.group(2))
+            if m.group(3):
+                value = float(m.group(3))
                 checks.append((m.group(0), value, APPROX_REL_TOL * abs(value)))
             else:
-                checks.append((m.group(0), float(m.group(3)), float(m.group(4))))
+                checks.append((m.group(0), float(m.group(4)), float(m.group(5))))
         pos = m.end()
     pattern.append(re.escape(expected[pos:]))
     match = re.fullmatch("".join(pattern), actual, re.DOTALL)

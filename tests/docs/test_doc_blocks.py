@@ -4,7 +4,14 @@ from pathlib import Path
 
 import pytest
 from doc_blocks import parsers
-from shell_blocks import compare_output, parse_console, split_commands
+from shell_blocks import (
+    apply_output_options,
+    compare_output,
+    output_options_above,
+    parse_console,
+    parse_output_options,
+    split_commands,
+)
 from sybil import Sybil
 
 
@@ -53,3 +60,46 @@ def test_a_skip_needs_a_reason_and_a_block_below(tmp_path):
 def test_a_fence_without_a_known_language_fails(tmp_path):
     (example,) = _examples(tmp_path, "```\nsome output\n```\n\n```text\nnot run\n```\n")
     assert "use one of" in example.region.parsed
+
+
+LOG = """08:17:18 INFO    Hooks, in priority order: RuntimeInfoHook(10)
+08:17:21 INFO    Iter(val) [100/100]  val/accuracy: 0.7967  val/loss: 0.8523  duration: 0.02s
+08:17:22 INFO    New best val/accuracy = 0.796657: saved best_val_accuracy_iter_100.pth
+08:17:22 INFO    Test (iteration 100)  test/accuracy: 0.7370  test/loss: 0.9156  samples: 270
+"""
+
+
+def test_output_options_let_a_block_show_real_lines():
+    shown = ("12:00:01 INFO    Iter(val) [100/100]  val/accuracy: 0.7812  val/loss: 0.8611  "
+             "duration: 1.50s\n"
+             "12:00:02 INFO    Test (iteration 100)  test/accuracy: 0.7301  test/loss: 0.9001  "
+             "samples: 270")
+    options = parse_output_options(" excerpt; figures ±0.02; duration: any ")
+    assert compare_output(apply_output_options(shown, options), LOG) is None
+    strict = parse_output_options("excerpt; figures ±0.001; duration: any")
+    assert "tolerance" in compare_output(apply_output_options(shown, strict), LOG)
+    per_label = parse_output_options("excerpt; val/accuracy: ±2%; val/loss: ±0.01; "
+                                     "test/accuracy: ±0.01; test/loss: ±0.02; duration: any")
+    assert compare_output(apply_output_options(shown, per_label), LOG) is None
+    # integers compare exactly, and without `excerpt` the lines around count
+    assert compare_output(apply_output_options(shown.replace("270", "271"), options), LOG)
+    no_excerpt = parse_output_options("figures ±0.02; duration: any")
+    assert compare_output(apply_output_options(shown, no_excerpt), LOG) is not None
+
+
+def test_output_options_are_read_from_the_comment_above_the_block():
+    text = "x\n<!-- output: excerpt; figures ±10% -->\n```console\n$ a\n```\n\n```console\n"
+    first, second = text.index("```console"), text.rindex("```console")
+    assert output_options_above(text, first).excerpt
+    assert output_options_above(text, first).figures == "10%"
+    assert not output_options_above(text, second).excerpt
+    with pytest.raises(AssertionError, match="write 'excerpt'"):
+        parse_output_options("figures 0.02")
+
+
+def test_an_output_comment_must_parse_and_sit_above_a_block(tmp_path):
+    text = "<!-- output: excerpt -->\n\ntext\n\n<!-- output: nonsense -->\n```console\n$ a\n```\n"
+    problems = [e.region.parsed for e in _examples(tmp_path, text)
+                if isinstance(e.region.parsed, str)]
+    assert any("directly above" in p for p in problems)
+    assert any("write 'excerpt'" in p for p in problems)

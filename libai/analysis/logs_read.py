@@ -165,7 +165,9 @@ def _sources(path: str) -> tuple[list[str], int | None, list[str]]:
     top = os.path.join(path, SCALARS)
     folders = _run_folders(path)
     infos = {f: _log_info(f) for f in folders}
-    fresh = [f for f in folders if infos[f][0] and not infos[f][1]]
+    # a run that logged no step (a refused --resume, a crash at start-up) began no training
+    fresh = [f for f in folders if infos[f][0] and not infos[f][1]
+             and os.path.isfile(os.path.join(f, SCALARS))]
     notes = []
     if fresh:  # the current training began in the newest fresh training run folder
         start = folders.index(fresh[-1])

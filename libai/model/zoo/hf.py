@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,8 +88,27 @@ def _read_weights(path: str) -> State:
             except st.SafetensorError as e:
                 raise ValueError(str(e)) from e
         return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(_unsafe_bin_line(path, e)) from e
     except (OSError, RuntimeError, ValueError, KeyError) as e:
         raise CheckpointError(f"cannot read weights from {path}: {e}") from e
+
+
+def _unsafe_bin_line(path: str, e: pickle.UnpicklingError) -> str:
+    """One line for a ``pytorch_model.bin`` that ``weights_only=True`` refuses: it stores objects
+    beside the tensors, and unpickling those would run code the file names."""
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)|(Unsupported[^\n.]*)", str(e))
+    what = ((f"it stores an object of class {found.group(1)}" if found.group(1) else found.group(2).strip())
+            if found else (str(e).strip().splitlines() or ["refused"])[0][:200])
+    folder = os.path.dirname(path) or "."
+    return (f"{path} is a pickle that torch.load(weights_only=True) refuses ({what}): libai loads "
+            f"only tensors and never runs code stored in a weights file, and has no option to "
+            f"trust one. Convert the folder to safetensors where you trust it: "
+            f"python -c \"import torch, safetensors.torch as st; st.save_file({{k: v.contiguous() "
+            f"for k, v in torch.load('{path}', weights_only=False).items() if "
+            f"isinstance(v, torch.Tensor)}}, '{os.path.join(folder, 'model.safetensors')}')\" "
+            f"(model.safetensors is read first), or load it with transformers and save_pretrained "
+            f"it again.")
 
 
 def _safetensors() -> Any:

@@ -27,7 +27,7 @@ from libai.utils import dist
 from libai.utils.errors import ConfigError
 from libai.utils.suggest import did_you_mean
 
-from .config import ParallelConfig
+from .config import CPU_OFFLOAD_WITHOUT_FSDP, ParallelConfig
 
 __all__ = ["build_mesh", "find_blocks", "apply_activation_checkpointing", "apply_tensor_parallel",
            "parallelize", "build_on_rank0", "in_loss_parallel"]
@@ -164,11 +164,11 @@ def parallelize(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torch.d
         ddp_kwargs: Extra DistributedDataParallel arguments (``model_wrapper_cfg``).
     """
     lines = [pc.describe()]
-    if pc.cpu_offload and (pc.fsdp == 1 or device.type == "cpu"):
-        why = ("is an FSDP option: set parallel.fsdp too" if pc.fsdp == 1 else
-               "moves parameters and optimizer state from the GPU to the host, and this run is on "
-               "the CPU already: leave it out")
-        raise ConfigError(f"parallel.cpu_offload=True {why}.")
+    if pc.cpu_offload and pc.fsdp == 1:
+        raise ConfigError(CPU_OFFLOAD_WITHOUT_FSDP)
+    if pc.cpu_offload and device.type == "cpu":
+        raise ConfigError("parallel.cpu_offload=True moves parameters and optimizer state from "
+                          "the GPU to the host, and this run is on the CPU already: leave it out.")
     rank0_init = pc.splits_from_rank0
     if rank0_init:  # split on the meta device; rank 0 keeps its whole weights on the host
         tied = _tied_names(model)

@@ -38,6 +38,9 @@ __all__ = ["ParallelConfig", "parse_parallel"]
 
 _SIZES = ("data", "fsdp", "tensor", "pipeline")
 _OPTIONS = {"reshard_after_forward": bool, "cpu_offload": bool, "rank0_init": bool}
+CPU_OFFLOAD_WITHOUT_FSDP = ("parallel.cpu_offload=True is an FSDP option: set parallel.fsdp too "
+                            "(FSDP shards over several processes: torchrun --nproc_per_node N), "
+                            "or leave cpu_offload out.")
 
 
 @dataclass(frozen=True)
@@ -101,8 +104,8 @@ def parse_parallel(value: Mapping | None, world_size: int) -> ParallelConfig:
         world_size: Processes in the run.
 
     Raises:
-        ConfigError: an unknown key, a size that is not a whole number >= 1, ``pipeline > 1``, or
-            sizes whose product is not the world size.
+        ConfigError: an unknown key, a size that is not a whole number >= 1, ``pipeline > 1``,
+            sizes whose product is not the world size, or ``cpu_offload`` without ``fsdp``.
     """
     if value is None:
         return ParallelConfig(world_size=world_size, data=world_size)
@@ -138,6 +141,8 @@ def parse_parallel(value: Mapping | None, world_size: int) -> ParallelConfig:
             if not isinstance(value[key], kind):
                 raise ConfigError(f"parallel.{key}={value[key]!r}: expected True or False.")
             options[key] = value[key]
+    if options.get("cpu_offload") and fsdp == 1:  # checked here: one process never parallelizes
+        raise ConfigError(CPU_OFFLOAD_WITHOUT_FSDP)
     blocks = value.get("blocks")
     if blocks is not None:
         if isinstance(blocks, str):

@@ -134,3 +134,22 @@ def test_cpu_offload_where_it_cannot_apply_is_one_line(sizes, message):
     pc = ParallelConfig(world_size=2, cpu_offload=True, **sizes)
     with pytest.raises(ConfigError, match=message):  # before any mesh or collective is needed
         parallelize(torch.nn.Linear(2, 2), pc, None, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_cpu_offload_without_fsdp_is_the_same_line_in_one_process_and_under_torchrun(
+        tmp_path, world_size):
+    """One process never parallelizes: the check is in parse_parallel, which every run calls."""
+    from libai.parallel.config import CPU_OFFLOAD_WITHOUT_FSDP
+    from libai.runner import Runner
+    from libai.testing import toy_config
+
+    with pytest.raises(ConfigError) as e:
+        parse_parallel(dict(cpu_offload=True), world_size)
+    assert str(e.value) == CPU_OFFLOAD_WITHOUT_FSDP
+    assert "set parallel.fsdp too" in str(e.value) and "\n" not in str(e.value)
+    if world_size == 1:  # the whole run, as `libai train ... parallel.cpu_offload=True` builds it
+        with pytest.raises(ConfigError) as e:
+            Runner.from_cfg(toy_config(work_dir=str(tmp_path), parallel=dict(cpu_offload=True)))
+        assert str(e.value) == CPU_OFFLOAD_WITHOUT_FSDP
+        assert not any(tmp_path.iterdir())  # refused before any file

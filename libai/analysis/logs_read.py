@@ -102,22 +102,30 @@ class RunSummary:
 # ------------------------------------------------------------------------------------ reading
 def _read_rows(path: str) -> tuple[list[dict[str, Any]], int]:
     """The rows with a step, and the number of lines that were not such a row."""
-    rows, bad = [], 0
+    rows, bad, not_text = [], 0, None
     try:
-        f = open(path, encoding="utf-8")
+        f = open(path, "rb")  # line by line: one damaged line must not hide the others
     except OSError as e:
         raise LogError(f"cannot read {path}: {e.strerror or e}") from e
     with f:
-        for line in f:
-            if not line.strip():
+        for number, raw in enumerate(f, 1):
+            if not raw.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json.loads(raw.decode("utf-8"))
                 row["step"] = int(row["step"])
+            except UnicodeDecodeError as e:  # not text as libai writes it (UTF-8)
+                not_text = not_text or (number, raw[e.start:e.start + 1])
+                bad += 1
+                continue
             except (ValueError, KeyError, TypeError):  # a line cut short by a killed process
                 bad += 1
                 continue
             rows.append(row)
+    if not rows and not_text:
+        raise LogError(f"{path} is not UTF-8 text (line {not_text[0]} has the byte "
+                       f"0x{not_text[1].hex()}): a {SCALARS} is JSON lines in UTF-8, as libai "
+                       f"writes it. Is this the right file?")
     return rows, bad
 
 

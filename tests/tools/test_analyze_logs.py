@@ -252,6 +252,23 @@ def test_bad_input_is_one_line(tool, hand, tmp_path, capsys):
     assert not (tmp_path / "x.png").exists()
 
 
+def test_a_scalars_file_that_is_not_utf8(tool, tmp_path, capsys):
+    """Not text at all (UTF-16): one line; one damaged line among good ones: skipped, noted."""
+    (tmp_path / "u16").mkdir()
+    (tmp_path / "u16" / "scalars.jsonl").write_bytes('{"step": 1, "train/loss": 1.0}\n'.encode("utf-16"))
+    line = _one_error_line(capsys, tool, ["summary", str(tmp_path / "u16" / "scalars.jsonl")])
+    assert line == (f"error: {tmp_path / 'u16' / 'scalars.jsonl'} is not UTF-8 text (line 1 has "
+                    f"the byte 0xff): a scalars.jsonl is JSON lines in UTF-8, as libai writes it. "
+                    f"Is this the right file?")
+    (tmp_path / "mixed").mkdir()
+    (tmp_path / "mixed" / "scalars.jsonl").write_bytes(
+        b'{"step": 1, "train/loss": 1.0}\n\xff\xfe garbage\n{"step": 2, "train/loss": 0.5}\n')
+    with pytest.raises(SystemExit) as exc:
+        run_cli(tool.main, ["summary", str(tmp_path / "mixed")])
+    out = capsys.readouterr()
+    assert exc.value.code == 0 and "skipped 1 unreadable line(s)" in out.err
+
+
 def test_script_error_is_one_line(tmp_path):
     out = subprocess.run([sys.executable, str(TOOL), "summary", str(tmp_path / "nope")],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -78,7 +78,7 @@ def training_scalars(work_dir: str) -> str | None:
         try:
             with open(path, encoding="utf-8") as f:
                 first = f.readline()
-        except OSError:
+        except (OSError, UnicodeDecodeError):  # missing, or not a file libai wrote
             continue
         try:
             row = json.loads(first)

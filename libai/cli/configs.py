@@ -25,24 +25,11 @@ def load_config(ref: str, options: Mapping[str, Any] | None = None) -> Config:
     """The config ``ref`` names (:func:`resolve_config`) with ``options`` (``--cfg-options``)
     applied. A default hook the run uses is a key one may set or switch off without ``+``
     (``default_hooks.throughput=None``), whether or not the config file lists it."""
+    from libai.hooks import default_hook_options
+
     cfg = Config.fromfile(resolve_config(ref))
-    cfg.merge_from_options(_default_hook_keys(cfg, options or {}))
+    cfg.merge_from_options(default_hook_options(cfg, options))
     return cfg
-
-
-def _default_hook_keys(cfg: Config, options: Mapping[str, Any]) -> dict[str, Any]:
-    """``default_hooks.<name>...`` of a default hook the config does not list, as ``+...``."""
-    from libai.hooks import DEFAULT_HOOKS
-
-    listed = cfg.get("default_hooks") or {}
-    out = {}
-    for key, value in options.items():
-        parts = str(key).split(".")
-        if (len(parts) >= 2 and parts[0] == "default_hooks" and parts[1] in DEFAULT_HOOKS
-                and parts[1] not in listed):
-            key = "+" + key
-        out[key] = value
-    return out
 
 
 def shipped_configs() -> list[str]:

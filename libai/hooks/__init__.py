@@ -7,6 +7,9 @@ entry with ``default_hooks=dict(logger=dict(interval=10))``, removes one with
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from .checkpoint_hook import CheckpointHook
 from .dump import DumpPredictionsHook
 from .early_stopping_hook import EarlyStoppingHook
@@ -40,6 +43,7 @@ __all__ = [
     "NonFiniteLossHook",
     "ParamSchedulerHook",
     "RuntimeInfoHook",
+    "default_hook_options",
     "get_priority",
 ]
 
@@ -55,3 +59,30 @@ DEFAULT_HOOKS: dict[str, dict] = {
     "nonfinite": dict(type="NonFiniteLossHook", policy="raise"),
     "throughput": dict(type="ThroughputHook"),  # summary, FLOPs, samples/s, MFU
 }
+
+
+def default_hook_options(cfg: Mapping[str, Any],
+                         options: Sequence[str] | Mapping[str, Any] | None) -> dict[str, Any]:
+    """``--cfg-options`` with every default hook a key one may set or switch off without ``+``
+    (``default_hooks.throughput=None``), whether or not the config lists it: those keys get the
+    ``+`` that adds a key on purpose. Any other key, a misspelt hook name included, is as given
+    (and the merge refuses a missing one with a suggestion).
+
+    Args:
+        cfg: The config the options go into.
+        options: ``KEY=VALUE`` strings or a dict, as ``Config.merge_from_options`` takes them.
+
+    Returns:
+        The options as a dict (values parsed), for ``Config.merge_from_options``.
+    """
+    from libai.config.options import parse_options
+
+    listed = cfg.get("default_hooks") or {}
+    out: dict[str, Any] = {}
+    for key, value in parse_options(options):
+        parts = key.split(".")
+        if (len(parts) >= 2 and parts[0] == "default_hooks" and parts[1] in DEFAULT_HOOKS
+                and parts[1] not in listed):
+            key = "+" + key
+        out[key] = value
+    return out

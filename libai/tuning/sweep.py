@@ -1,6 +1,7 @@
 """Hyper-parameter sweep: run ``libai train`` once per trial, driven by an Optuna study.
 
-    libai sweep SWEEP_FILE [--parallel N] [--trials N] [--study-dir DIR] [--debug]
+    libai sweep SWEEP_FILE [--parallel N] [--trials N] [--study-dir DIR]
+        [--cfg-options KEY=VALUE ...] [--debug]
 
 A sweep file (Python, YAML or JSON, read with ``Config.fromfile``) says what to vary::
 
@@ -13,7 +14,7 @@ A sweep file (Python, YAML or JSON, read with ``Config.fromfile``) says what to 
         "model.hidden": dict(type="int", low=32, high=256, log=True),
         "optim_wrapper.optimizer.weight_decay": dict(choices=[0.0, 1e-4]),
     }
-    cfg_options = ["train_cfg.max_iters=300"]   # fixed options of every trial
+    cfg_options = ["train_cfg.max_iters=300"]   # fixed options of every trial (then --cfg-options)
     pruner = dict(type="MedianPruner", n_warmup_steps=1)   # optional: any optuna.pruners class
 
 Optional keys: ``seed`` (0), ``study_name`` (the sweep file's name), ``study_dir``
@@ -42,6 +43,10 @@ the sweep was stopped (Ctrl-C, kill) is marked FAIL ("interrupted") and re-run w
 parameters. Changing the sweep (config, metric, strategy, params, fixed options, seed) and
 resuming is refused: use another ``--study-dir``. ``--trials`` may be raised to extend a random
 or bayes sweep.
+
+While trials run, each running trial's step and metric (read from its ``scalars.jsonl``) and the
+trials done: live bars on a terminal, a line per new value of the metric elsewhere
+(:mod:`libai.tuning.sweep_progress`).
 
 At the end: a table of the trials sorted by the metric, ``trials.csv``, ``best_config.py`` (the
 config with the fixed options and the best trial's values merged in, work_dir
@@ -95,7 +100,7 @@ def _lock(study_dir: str) -> Any:
 
 
 def run_sweep(path: str, parallel: int | None = None, trials: int | None = None,
-              study_dir: str | None = None) -> int:
+              study_dir: str | None = None, cfg_options: list[str] | None = None) -> int:
     """Run (or resume) the sweep of the sweep file ``path`` and report it.
 
     Args:
@@ -104,6 +109,9 @@ def run_sweep(path: str, parallel: int | None = None, trials: int | None = None,
         trials: Trials of a random or bayes sweep. Defaults to None: the file's ``trials``.
         study_dir: The study's folder. Defaults to None: the file's ``study_dir``, else
             ``work_dirs/sweeps/<study_name>``.
+        cfg_options: ``KEY=VALUE`` words for every trial's config, after the sweep file's
+            ``cfg_options`` (``["train_cfg.max_iters=50"]`` shortens a sweep). Part of what a
+            resumed study must agree on. Defaults to None.
 
     Returns:
         0, or 130 when the sweep was interrupted (run it again to resume).
@@ -111,7 +119,8 @@ def run_sweep(path: str, parallel: int | None = None, trials: int | None = None,
     Raises:
         ConfigError: A bad sweep file, or another sweep running on the study.
     """
-    args = types.SimpleNamespace(parallel=parallel, trials=trials, study_dir=study_dir)
+    args = types.SimpleNamespace(parallel=parallel, trials=trials, study_dir=study_dir,
+                                 cfg_options=cfg_options)
     sweep = Sweep(path, args)
     os.makedirs(sweep.study_dir, exist_ok=True)
     lock = _lock(sweep.study_dir)

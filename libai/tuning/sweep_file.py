@@ -21,6 +21,20 @@ KEYS = ("config", "metric", "strategy", "trials", "params", "cfg_options", "prun
         "study_name", "study_dir", "parallel", "trial_timeout")
 
 
+def _check_study_dir(path: str, name: str) -> None:
+    """The study's folder is a folder, or can be made: a file in its place is one line now."""
+    here = path
+    while here and not os.path.exists(here):
+        parent = os.path.dirname(here)
+        if parent == here:
+            return
+        here = parent
+    if here and not os.path.isdir(here):
+        what = "is a file" if here == path else f"lies under a file ({here})"
+        raise ConfigError(f"{name} {path} {what}, not a folder: give the study a folder (one "
+                          f"that does not exist yet is made).")
+
+
 # ------------------------------------------------------------------------ the sweep file
 class Param:
     """One swept parameter: choices, or a float / int range."""
@@ -115,7 +129,8 @@ class Param:
 
 class Sweep:
     """The validated contents of a sweep file, with the command-line overrides (``args``: an
-    object with ``trials``, ``parallel`` and ``study_dir``, each None to keep the file's)."""
+    object with ``trials``, ``parallel`` and ``study_dir``, each None to keep the file's, and
+    ``cfg_options``, ``KEY=VALUE`` words applied to every trial after the file's own)."""
 
     def __init__(self, path: str, args: Any) -> None:
         raw = Config.fromfile(path).to_dict()
@@ -161,7 +176,7 @@ class Sweep:
         if isinstance(options, str) or not all(isinstance(o, str) and "=" in o for o in options):
             raise ConfigError(f"cfg_options must be a list of 'KEY=VALUE' strings, got "
                               f"{options!r}.")
-        self.cfg_options = list(options)
+        self.cfg_options = [*options, *(getattr(args, "cfg_options", None) or [])]
         self.seed = raw.get("seed", 0)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ConfigError(f"seed must be an int, got {self.seed!r}.")
@@ -193,6 +208,7 @@ class Sweep:
                               or os.path.splitext(os.path.basename(path))[0])
         self.study_dir = os.path.abspath(args.study_dir or raw.get("study_dir")
                                          or os.path.join("work_dirs", "sweeps", self.study_name))
+        _check_study_dir(self.study_dir, "--study-dir" if args.study_dir else "study_dir")
         self.base_cfg = self._check_keys()
 
     def _find_config(self, config: Any) -> str:
@@ -206,9 +222,11 @@ class Sweep:
     def _check_keys(self) -> Config:
         """Load the config with the fixed options and the first value of each parameter: a
         misspelt key fails here, once, with a suggestion."""
+        from libai.hooks import default_hook_options
+
         cfg = Config.fromfile(self.config)
-        try:
-            cfg.merge_from_options(self.cfg_options)
+        try:  # `libai train` takes a default hook's key without `+`: so does the check
+            cfg.merge_from_options(default_hook_options(cfg, self.cfg_options))
         except ConfigError as e:
             raise ConfigError(f"cfg_options: {e}") from None
         probe = cfg.copy()

@@ -20,6 +20,7 @@ from libai.utils.optuna_study import build_pruner, open_storage
 from libai.utils.suggest import did_you_mean
 
 from .sweep_file import Sweep
+from .sweep_progress import SweepProgress
 from .sweep_report import _duration, _fmt
 
 __all__ = ["PRUNED_MARKER", "STDERR_LINES", "TRAIN", "SweepRunner", "read_metric"]
@@ -56,6 +57,7 @@ class SweepRunner:
         self.storage_url = "sqlite:///" + os.path.join(sweep.study_dir, "study.db")
         self.storage = open_storage(self.storage_url)
         self.pruner = build_pruner(sweep.pruner)
+        self.progress: SweepProgress | None = None  # while run_trials runs
 
     # ------------------------------------------------------------------------ a trial
     def objective(self, trial: Any) -> float:
@@ -83,7 +85,11 @@ class SweepRunner:
         trial.set_user_attr("work_dir", trial_dir)
         trial.set_user_attr("command", shlex.join(cmd))
         shown = "  ".join(f"{k}={_fmt(v)}" for k, v in values.items())
-        self.say(f"trial {trial.number} started: {shown}")
+        place = ""
+        if self.progress is not None:
+            self.progress.started(trial.number, trial_dir, self._max_iters(values))
+            place = self.progress.place(trial.number)
+        self.say(f"trial {trial.number} started{place}: {shown}")
         rc, timed_out = self._run(cmd, trial_dir)
         if self.stopping.is_set():
             raise _TrialInterrupted("the sweep stopped")
@@ -104,6 +110,17 @@ class SweepRunner:
                 return value
         trial.set_user_attr("note", reason)
         raise _TrialFailed(reason)
+
+    def _max_iters(self, values: dict[str, Any]) -> int | None:
+        """The trial's ``train_cfg.max_iters`` (None for an epoch loop): its bar's length."""
+        cfg = self.sweep.base_cfg.copy()
+        try:
+            cfg.merge_from_options(values)
+        except ConfigError:  # checked when the sweep file was read; a bar without a length
+            return None
+        train_cfg = cfg.get("train_cfg") or {}
+        max_iters = train_cfg.get("max_iters") if isinstance(train_cfg, dict) else None
+        return max_iters if isinstance(max_iters, int) and max_iters > 0 else None
 
     def _hook_option(self, number: int) -> str:
         """``+custom_hooks=[...]``: the config's own custom hooks and the pruning hook."""
@@ -186,6 +203,7 @@ class SweepRunner:
             finally:
                 done.set()
 
+        self.progress = progress = SweepProgress(count, self.sweep.metric, self.say)
         for i, done in enumerate(finished):
             threading.Thread(target=work, args=(done,), name=f"sweep-{i}", daemon=True).start()
 
@@ -195,15 +213,20 @@ class SweepRunner:
             while not all(done.is_set() for done in finished):
                 for done in finished:
                     done.wait(0.2)
+                progress.poll()
 
         interrupted = False
         try:
-            wait()
-        except KeyboardInterrupt:  # from interrupt(): the trial processes are being stopped
-            interrupted = True
-            self.stopping.set()
-            self._stop_all()
-            wait()
+            try:
+                wait()
+            except KeyboardInterrupt:  # from interrupt(): the trial processes are being stopped
+                interrupted = True
+                self.stopping.set()
+                self._stop_all()
+                wait()
+        finally:
+            progress.stop()
+            self.progress = None
         if errors:
             raise errors[0]
         return interrupted
@@ -231,11 +254,15 @@ class SweepRunner:
 
     def on_trial_end(self, study: Any, t: Any) -> None:
         note = t.user_attrs.get("note", "")
+        progress = self.progress
+        place = progress.place(t.number) if progress is not None else ""
         if t.state.name == "COMPLETE":
-            self.say(f"trial {t.number} complete: {self.sweep.metric} = {t.value:.6g} "
+            self.say(f"trial {t.number} complete{place}: {self.sweep.metric} = {t.value:.6g} "
                      f"({_duration(t)})")
         else:
-            self.say(f"trial {t.number} {t.state.name.lower()}: {note} ({_duration(t)})")
+            self.say(f"trial {t.number} {t.state.name.lower()}{place}: {note} ({_duration(t)})")
+        if progress is not None:
+            progress.finished(t.number)
 
 
 def _stop(proc: subprocess.Popen, wait: bool = True) -> None:

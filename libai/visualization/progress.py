@@ -58,6 +58,21 @@ class ProgressBar:
         if task is not None:
             self._progress.advance(task, n)
 
+    def update(self, key: str, completed: int | None = None, total: int | None = None,
+               description: str | None = None) -> None:
+        """Set a task's position, total or text (what is given)."""
+        task = self._tasks.get(key)
+        if task is None:
+            return
+        fields: dict[str, Any] = {}
+        if completed is not None:
+            fields["completed"] = completed
+        if total is not None:
+            fields["total"] = total
+        if description is not None:
+            fields["description"] = description
+        self._progress.update(task, **fields)
+
     def remove(self, key: str) -> None:
         task = self._tasks.pop(key, None)
         if task is not None:

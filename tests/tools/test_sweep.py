@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -181,3 +182,69 @@ def test_pruning_hook_reports_and_stops_the_run(tmp_path):
     reported = study.trials[0].intermediate_values
     assert list(reported) == [10] and reported[10] == marker["value"]
     assert study.trials[0].state.name == "RUNNING"  # the sweep, not the hook, finishes it
+
+
+def test_cfg_options_shorten_every_trial_and_progress_is_shown(tmp_path):
+    """`--cfg-options` applies to every trial after the file's options (a default hook without
+    `+`), and a sweep says where each trial is while it runs (issue 27)."""
+    path = tmp_path / "short.py"
+    path.write_text(f"config = {DIGITS!r}\nmetric = dict(key='val/accuracy', mode='max')\n"
+                    f"strategy = 'grid'\nparams = {{{LR!r}: [3e-3]}}\n"
+                    f"cfg_options = ['train_cfg.max_iters=2000']\n")
+    study_dir = tmp_path / "study"
+    out = sweep(str(path), "--study-dir", str(study_dir), "--cfg-options", *FAST,
+                "default_hooks.throughput=None", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (trial,) = load(study_dir, "short").trials
+    assert trial.state.name == "COMPLETE"
+    assert "train_cfg.max_iters=60" in trial.user_attrs["command"]
+    best = Config.fromfile(str(study_dir / "best_config.py"))
+    assert best.train_cfg.max_iters == 60 and best.default_hooks.throughput is None
+    # not a terminal: one line per new value of the metric, with the trial's place and step
+    assert "trial 0 started (1/1): " in out.stdout
+    assert re.search(r"trial 0 \(1/1\): step \d+/60, val/accuracy 0\.\d+", out.stdout), out.stdout
+    assert "trial 0 complete (1/1): val/accuracy = " in out.stdout
+
+
+def test_study_dir_that_is_a_file_is_one_line(tmp_path):
+    path = write_sweep(tmp_path / "f.py", params={LR: [1e-3]})
+    (tmp_path / "taken").write_text("a file\n")
+    for study_dir, what in ((tmp_path / "taken", "is a file"),
+                            (tmp_path / "taken" / "study", "lies under a file")):
+        out = sweep(path, "--study-dir", str(study_dir), cwd=tmp_path)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert out.stderr.strip().splitlines() == [
+            f"error: --study-dir {study_dir} {what}"
+            + (f" ({tmp_path / 'taken'})" if what != "is a file" else "")
+            + ", not a folder: give the study a folder (one that does not exist yet is made)."]
+
+
+def test_progress_follows_a_trials_scalars(tmp_path):
+    """TrialWatch reads complete lines only, from the trial's run folder once it exists; off a
+    terminal SweepProgress says a line per new metric value, with the trial's place."""
+    from libai.tuning.sweep_progress import SweepProgress, TrialWatch
+
+    watch = TrialWatch(str(tmp_path), "val/accuracy")
+    assert not watch.read()  # the trial has not started training yet
+    run = tmp_path / "20261126_080000"
+    run.mkdir()
+    scalars = run / "scalars.jsonl"
+    scalars.write_text('{"step": 20, "train/loss": 1.5}\n{"step": 20, "val/accuracy": 0.5}\n'
+                       '{"step": 40, "train/lo')  # a line being written
+    assert watch.read() and (watch.step, watch.value) == (20, 0.5)
+    assert not watch.read()  # nothing new
+    with open(scalars, "a") as f:
+        f.write('ss": 1.1}\n{"step": 40, "val/accuracy": 0.75}\n')
+    assert watch.read() and (watch.step, watch.value) == (40, 0.75)
+
+    lines = []
+    progress = SweepProgress(todo=3, metric="val/accuracy", say=lines.append, bar=False)
+    assert progress.started(7, str(tmp_path), total_steps=60) == 1
+    progress.poll(force=True)
+    assert lines == ["trial 7 (1/3): step 40/60, val/accuracy 0.75"]
+    progress.poll(force=True)
+    assert len(lines) == 1  # said once per new value
+    assert progress.place(7) == " (1/3)"
+    progress.finished(7)
+    assert progress.done == 1 and progress.place(7) == ""
+    progress.stop()

@@ -303,7 +303,11 @@ def _load_python(path: Path, chain: tuple[Path, ...]) -> ConfigDict:
         exec(compile(tree, str(path), "exec"), namespace)
     except Exception as e:
         kind = "" if isinstance(e, ConfigError) else f"{type(e).__name__}: "
-        raise ConfigError(f"error in config {path}{_line_of(e, path)}: {kind}{e}") from e
+        line = _line_of(e, path)
+        hint = ""
+        if isinstance(e, TypeError | ValueError) and "dict(" in _source_line(source, line):
+            hint = " (dict() takes another dict or key=value arguments)"
+        raise ConfigError(f"error in config {path}{line}: {kind}{e}{hint}") from e
     values = {
         k: v
         for k, v in namespace.items()
@@ -345,6 +349,13 @@ def _find_base_assignment(tree: ast.Module, path: Path) -> ast.Assign | ast.AnnA
             )
         found = stmt
     return found
+
+
+def _source_line(source: str, line: str) -> str:
+    """The text of ``line`` (``", line N"`` from :func:`_line_of`) in ``source``."""
+    lines = source.splitlines()
+    number = int(line.rsplit(" ", 1)[-1]) if line else 0
+    return lines[number - 1] if 0 < number <= len(lines) else ""
 
 
 def _line_of(error: BaseException, path: Path) -> str:

@@ -31,8 +31,8 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
                         help="folder of the study (default work_dirs/sweeps/<study_name>)")
     options = add_cfg_options_argument(parser)
     options.help = ("options for every trial's config, applied after the sweep file's "
-                    "cfg_options, e.g. train_cfg.max_iters=50 to shorten each trial; "
-                    "a default hook needs no '+' (default_hooks.throughput=None)")
+                    "cfg_options, e.g. train_cfg.max_iters=50 to shorten each trial "
+                    "(as tools/train.py takes them)")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks")
     return parser.parse_args(argv)
 

@@ -66,6 +66,18 @@ def test_missing_load_from_suggests_a_close_checkpoint(tmp_path):
     assert "load_from=" in message and "Did you mean 'iter_20.pth'?" in message
 
 
+@pytest.mark.parametrize("options, expected", [
+    (dict(pth="x.pth"), "load_from.pth is not an option of load_from. Did you mean 'path'?"),
+    (dict(path="x.pth", stict=False), "load_from.stict is not an option of load_from. Did you "
+                                     "mean 'strict'?"),
+    (dict(path="x.pth", strict="no"), "load_from.strict='no': expected True"),
+])
+def test_load_from_dict_with_a_misspelled_key_names_the_key(tmp_path, options, expected):
+    """The key is blamed (with a did-you-mean), not the file, and before anything is written."""
+    message = _refused(tmp_path, load_from=options)
+    assert message.startswith(expected) and "no such file" not in message
+
+
 def test_device_that_does_not_exist_says_how_many_gpus(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ConfigError, match=r"device='cuda:7' but this machine has no usable GPU"):

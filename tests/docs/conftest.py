@@ -22,8 +22,8 @@ The rules (doc_blocks.py and shell_blocks.py have the details):
   collapsed; a clock time (``08:24:08``, an ETA) matches any. A block shows real lines: an
   ``<!-- output: ... -->`` comment directly above it keeps the tolerances out of the reader's
   way, its parts separated by ``;``: ``excerpt`` (these lines among the printed ones, in
-  order), ``figures ±T`` or ``±P%`` (every decimal figure within T), ``LABEL ±T`` and
-  ``LABEL any`` (the figure after ``val/loss:``, ``duration:``). Above a python block it applies
+  order), ``figures ±T`` or ``±P%`` (every decimal figure within T), ``LABEL ±T`` (the figure
+  after ``val/loss:``) and ``LABEL any`` (the word after ``duration:``: a time, a rate, a path). Above a python block it applies
   to the doctests' output. The older inline notation still works where a page has not moved:
   ``...`` is any text, ``~X`` a figure within 10%, ``X±T`` one within T.
 - ``yaml``/``json``: parsed; headed ``# name.yaml`` they are written for later blocks.

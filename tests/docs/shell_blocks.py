@@ -158,7 +158,10 @@ def parse_console(text: str) -> list[tuple[str, str]]:
 
 _NUMBER = r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 _CLOCK = r"\d{1,3}:\d\d:\d\d"  # a time of day or an ETA: never the same twice
-_TOKEN = re.compile(rf"(\.\.\.)|(?<![\d:])({_CLOCK})(?![\d:])|~({_NUMBER})|({_NUMBER})±({_NUMBER})")
+_ANY_WORD = "\x00"  # what `LABEL any` leaves in the shown output: any word there
+_TOKEN = re.compile(
+    rf"(\.\.\.)|(?<![\d:])({_CLOCK})(?![\d:])|~({_NUMBER})|({_NUMBER})±({_NUMBER})|({_ANY_WORD})"
+)
 
 
 # ------------------------------------------------------------------------------- output options
@@ -171,7 +174,7 @@ class OutputOptions:
     labels: dict[str, str] = field(default_factory=dict)  # label -> tolerance, or "any"
 
 
-OUTPUT_COMMENT = re.compile(r"^<!--\s*output:(.*?)-->", re.DOTALL | re.MULTILINE)
+OUTPUT_COMMENT = re.compile(r"^[ \t]*<!--\s*output:(.*?)-->", re.DOTALL | re.MULTILINE)
 _TOLERANCE = re.compile(rf"±({_NUMBER}%?)|any")
 # a decimal figure that is not part of a word, a version or a path (`v1.2.3`, `iter_2.pth`)
 _DECIMAL = re.compile(r"(?<![\w.±~/])(-?\d+\.\d+(?:[eE][-+]?\d+)?)(?![\w.]*\w|±)")
@@ -186,8 +189,8 @@ def parse_output_options(text: str) -> OutputOptions:
       between and after them (a reader sees real lines, not `...` lines).
     - `figures ±T` (or `±P%`): every decimal figure shown (`0.9781`; integers compare exactly)
       matches a printed one within T (or P percent of it).
-    - `LABEL ±T`, `LABEL any`: the figure right after LABEL (`val/loss:`, `duration:`) within T,
-      or any figure (times, rates).
+    - `LABEL ±T`: the figure right after LABEL (`val/loss:`) within T. `LABEL any`: the word
+      right after LABEL is any word (a duration `0.02s`, a rate, a path that differs per machine).
     """
     options = OutputOptions()
     for part in (p.strip() for p in text.split(";")):
@@ -213,8 +216,9 @@ def parse_output_options(text: str) -> OutputOptions:
 def output_options_above(text: str, start: int) -> OutputOptions:
     """The options of the `<!-- output: -->` comment directly above the fenced block that holds
     position `start` (a console block starts at its fence; a doctest inside one)."""
-    fence = text.rfind("\n```", 0, start + 3)
-    above = text[: fence + 1 if fence >= 0 else start].rstrip()
+    line_end = text.find("\n", start)
+    fences = list(re.finditer(r"^[ \t]*```", text[: line_end if line_end >= 0 else None], re.M))
+    above = text[: fences[-1].start() if fences else start].rstrip()
     matches = list(OUTPUT_COMMENT.finditer(above))
     if not matches or matches[-1].end() != len(above):
         return OutputOptions()
@@ -228,14 +232,17 @@ def apply_output_options(expected: str, options: OutputOptions) -> str:
 
         def per_label(m: re.Match) -> str:
             tolerance = options.labels[m.group(1)]
-            if tolerance == "any":
-                return f"{m.group(1)}{m.group(2)}\0any\0"
-            return f"{m.group(1)}{m.group(2)}{_with_tolerance(m.group(3), tolerance)}"
+            if tolerance == "any":  # the word after the label: a time, a rate, a path
+                return f"{m.group(1)}{m.group(2)}{_ANY_WORD}"
+            figure = re.match(_NUMBER, m.group(3))
+            if figure is None:
+                return m.group(0)
+            tolerated = _with_tolerance(figure.group(0), tolerance)
+            return f"{m.group(1)}{m.group(2)}{tolerated}{m.group(3)[figure.end():]}"
 
-        expected = re.sub(rf"(?<!\S)({labels})(\s*)({_NUMBER})", per_label, expected)
+        expected = re.sub(rf"(?<!\S)({labels})(\s*)(\S+)", per_label, expected)
     if options.figures:
         expected = _DECIMAL.sub(lambda m: _with_tolerance(m.group(1), options.figures), expected)
-    expected = expected.replace("\0any\0", "...")
     if options.excerpt:
         lines = [line for line in expected.splitlines() if line.strip()]
         # no whitespace around the gaps: a shown line may be the first or the last printed
@@ -262,6 +269,8 @@ def compare_output(expected: str, actual: str) -> str | None:
             pattern.append(".*?")
         elif m.group(2):
             pattern.append(_CLOCK)
+        elif m.group(6):
+            pattern.append(r"\S+")
         else:
             pattern.append(f"({_NUMBER})")
             if m.group(3):

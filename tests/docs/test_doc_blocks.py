@@ -103,3 +103,11 @@ def test_an_output_comment_must_parse_and_sit_above_a_block(tmp_path):
                 if isinstance(e.region.parsed, str)]
     assert any("directly above" in p for p in problems)
     assert any("write 'excerpt'" in p for p in problems)
+
+
+def test_label_any_takes_any_word_after_the_label():
+    shown = "error: Searched the folder /home/you/libai/my_registry and the directory /home/you, then"
+    got = "error: Searched the folder /tmp/libai_docs_1/my_registry and the directory /tmp/x, then"
+    options = parse_output_options("folder any; directory any")
+    assert compare_output(apply_output_options(shown, options), got) is None
+    assert compare_output(apply_output_options(shown, options), got.replace("then", "and")) is not None

@@ -169,6 +169,7 @@ class ThroughputHook(Hook):
         self.first_tokens = 0
         self._counter: Any = None  # the FlopCounterMode, while the first step runs
         self._armed = False  # the next step is to be counted
+        self._said_unknown = False  # "FLOPs ... unknown (graph mode ...)" was logged
         self._reader: Callable[[Any], tuple[int, int]] | None = None
         self._read_first = True  # look at the first batch's structure
         self._peak: float | None = None
@@ -196,10 +197,12 @@ class ThroughputHook(Hook):
         count = self.count_flops and self.flops_per_step is None
         if count and _is_graph_mode(runner):
             count = False
-            runner.logger.info(
-                "FLOPs per training step: unknown (graph mode: FlopCounterMode cannot count the "
-                "compiled step; `python tools/model_summary.py CONFIG` counts it eagerly), "
-                "so the log lines show no TFLOP/s or MFU.")
+            if not self._said_unknown:  # once per hook, however often training starts
+                self._said_unknown = True
+                runner.logger.info(
+                    "FLOPs per training step: unknown (graph mode: FlopCounterMode cannot count "
+                    "the compiled step; `python tools/model_summary.py CONFIG` counts it "
+                    "eagerly), so the log lines show no TFLOP/s or MFU.")
         self._armed = count
         if not count:
             self.disable_stage("before_train_iter")

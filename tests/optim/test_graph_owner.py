@@ -169,3 +169,21 @@ def test_the_first_compile_is_announced_before_the_wait(libai_log):
     announced = [m for m in libai_log if m.startswith("Graph mode: compiling")]
     assert len(announced) == 2 and "training step" in announced[0] and "20-70 s" in announced[0]
     assert "evaluation forward" in announced[1]
+
+
+def test_the_end_of_the_first_compile_says_how_long_it_took(libai_log):
+    """The announced wait ends with one line: the first step's time in all, then its parts."""
+    torch.manual_seed(0)
+    model = TinyRegression()
+    wrapper = GraphOptimWrapper(_sgd(model), compile=dict(backend="eager"))
+    forward = GraphModule(model, compile=wrapper.compile_options)
+    wrapper.bind_model(forward)
+    wrapper.initialize_count_status(model, 0, 3)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    for _ in range(2):
+        wrapper.update_params(forward(x, y))
+    done = [m for m in libai_log if m.startswith("Graph mode: the training step is compiled")]
+    assert len(done) == 1, libai_log
+    total, fwd, rest = map(float, re.findall(r"([\d.]+) s", done[0].splitlines()[0])[:3])
+    assert fwd > 0 and rest > 0 and abs(total - (fwd + rest)) <= 0.11
+    assert "the update (clipping, optimizer step) compiled in" in done[0]

@@ -38,7 +38,11 @@ def test_graph_trains_to_the_accuracy_of_eager_and_reports_what_it_compiled(tmp_
     log = graph.stdout + graph.stderr
     assert "GraphOptimWrapper" in log
     assert re.search(r"Graph mode parity check, step 1: loss [\d.]+ compiled vs [\d.]+ eager", log)
-    assert re.search(r"Graph mode: first call per graph \(compile\) train [\d.]+ s; \d+ graph break", log)
+    # announced before the wait, and its end with the time it took (issue 27)
+    assert log.count("Graph mode: compiling the training step now.") == 1
+    assert re.search(r"Graph mode: the training step is compiled: its first call took [\d.]+ s "
+                     r"\(forward [\d.]+ s, backward and update [\d.]+ s\); \d+ graph break", log)
+    assert log.count("FLOPs per training step: unknown (graph mode") == 1
     assert "Graph mode (end of run)" in log and "eval" in log.split("Graph mode (end of run)")[1]
     assert "Traceback" not in log and "torch.compile failed" not in log
     assert abs(val_accuracy(tmp_path / "graph") - val_accuracy(tmp_path / "eager")) <= 0.01

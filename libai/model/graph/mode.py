@@ -333,25 +333,35 @@ class GraphMode:
         if self.eager:
             return f"Graph mode: eager since {self.failure or 'the parity check failed'}."
         parts = [f"{phase} {seconds:.1f} s" for phase, seconds in self.compile_seconds.items()]
-        breaks, recompiles = self.graph_breaks(), self.recompiles()
         blocks = len(self._eager_forwards)
-        lines = [
-            f"Graph mode{' (end of run)' if final else ''}"
-            f"{f', {blocks} blocks compiled one by one' if blocks else ''}: first call per graph (compile) "
-            f"{', '.join(parts) or 'none yet'}; {len(breaks)} graph break(s), "
-            f"{len(recompiles)} recompile(s)."
-        ]
-        lines += [f"  graph break {where_kind(b)}: {b}" for b in dict.fromkeys(breaks)]
-        lines += [f"  recompile: {r}" for r in dict.fromkeys(recompiles)]
-        return "\n".join(lines)
+        head = (f"Graph mode{' (end of run)' if final else ''}"
+                f"{f', {blocks} blocks compiled one by one' if blocks else ''}: first call per "
+                f"graph (compile) {', '.join(parts) or 'none yet'}")
+        return "\n".join([f"{head}; {self._counts()}", *self._details()])
+
+    def _counts(self) -> str:
+        return (f"{len(self.graph_breaks())} graph break(s), "
+                f"{len(self.recompiles())} recompile(s).")
+
+    def _details(self) -> list[str]:
+        lines = [f"  graph break {where_kind(b)}: {b}" for b in dict.fromkeys(self.graph_breaks())]
+        return lines + [f"  recompile: {r}" for r in dict.fromkeys(self.recompiles())]
 
     def first_step_report(self, seconds: float) -> str:
-        """:meth:`report` and what the first backward and update took (``seconds``)."""
+        """The line that ends the wait announced before the first compiled step: what the first
+        step took in all (the forward's compile, then ``seconds``: the first backward and
+        update), then graph breaks and recompiles (:meth:`report`)."""
         if self.eager:
             return self.report()
+        forward = self.compile_seconds.get("train", 0.0)
         what = (f"the update (clipping, optimizer step) compiled in {self.update_seconds:.1f} s"
                 if self.update_compiled else "the update runs eager (float16's GradScaler)")
-        return f"{self.report()}\n  {what}; the first backward and update took {seconds:.1f} s."
+        blocks = len(self._eager_forwards)
+        head = (f"Graph mode: the training step is compiled"
+                f"{f' ({blocks} blocks one by one)' if blocks else ''}: its first call took "
+                f"{forward + seconds:.1f} s (forward {forward:.1f} s, backward and update "
+                f"{seconds:.1f} s)")
+        return "\n".join([f"{head}; {self._counts()}", *self._details(), f"  {what}."])
 
 
 def _grad_norm(model: nn.Module) -> float:

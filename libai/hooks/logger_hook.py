@@ -147,6 +147,8 @@ class LoggerHook(Hook):
         self._by_epoch = False
         self._max_iters = 0
         self._per_epoch: int | None = None
+        self._shown_epochs: int | None = None
+        self._shown_per_epoch: int | None = None
         self._log_len = 1  # rows of the current interval after which its line is due
         self._start_iter = 0
         self._t_start = 0.0
@@ -165,6 +167,13 @@ class LoggerHook(Hook):
         self._by_epoch = runner.max_epochs is not None
         self._max_iters = runner.limit_iters(runner.max_iters)  # what this run reaches (--fast-dev-run: 2)
         self._per_epoch = runner.train_loop.iters_per_epoch
+        # the epochs and batches per epoch the lines show: where this run stops (a dry run
+        # that stops early: Epoch [1/1][2/2], not [1/10][2/37])
+        self._shown_epochs, self._shown_per_epoch = runner.max_epochs, self._per_epoch
+        if self._by_epoch and self._per_epoch and self._max_iters < runner.max_iters:
+            left = self._max_iters - runner.iter
+            self._shown_epochs = runner.epoch + max(1, math.ceil(left / self._per_epoch))
+            self._shown_per_epoch = min(self._per_epoch, max(left, 1))
         self._start_iter = runner.iter
         self._t_start = time.perf_counter()
         self._sums.reset()
@@ -287,8 +296,8 @@ class LoggerHook(Hook):
         timing: dict[str, float],
     ) -> str:
         if self._by_epoch and batch_idx is not None:
-            per_epoch = self._per_epoch or "?"
-            head = f"Epoch [{runner.epoch + 1}/{runner.max_epochs}][{batch_idx + 1}/{per_epoch}]"
+            per_epoch = self._shown_per_epoch or "?"
+            head = f"Epoch [{runner.epoch + 1}/{self._shown_epochs}][{batch_idx + 1}/{per_epoch}]"
         else:
             head = f"Iter [{done}/{self._max_iters}]"
         parts = [head]
@@ -357,7 +366,7 @@ class LoggerHook(Hook):
                 continue
         label = "Val" if stage == "val" else "Test"
         if self._training and self._by_epoch and self.log_metric_by_epoch:
-            head = f"Epoch({stage}) [{runner.epoch}/{runner.max_epochs}]"
+            head = f"Epoch({stage}) [{runner.epoch}/{self._shown_epochs}]"
         elif self._training:
             head = f"Iter({stage}) [{runner.iter}/{self._max_iters}]"
         else:

@@ -59,6 +59,20 @@ def test_epoch_line_format(make_runner, run_iters):
     assert heads == ["Epoch [1/2][3/4]", "Epoch [1/2][4/4]", "Epoch [2/2][3/4]", "Epoch [2/2][4/4]"]
 
 
+def test_a_dry_run_counts_to_where_it_stops(make_runner, run_iters):
+    """--fast-dev-run stops after 2 iterations: the lines count to 2, in epoch loops too
+    (Epoch [1/1][2/2], not [1/2][2/4]) (issue 27)."""
+    for kwargs, want in ((dict(max_epochs=2, iters_per_epoch=4), "Epoch [1/1][2/2]"),
+                         (dict(), "Iter [2/2]")):
+        hook = _jsonl_logger(interval=3)
+        runner = make_runner(hook, max_iters=8, **kwargs)
+        runner.limit_iters = lambda max_iters, r=runner: min(max_iters, r.iter + 2)
+        runner.call_hook("before_run")
+        run_iters(runner, n=2)
+        heads = [m.split("  ")[0] for m in runner.messages if m.startswith(("Epoch", "Iter"))]
+        assert heads == [want]
+
+
 def test_jsonl_rows_and_val_lines(make_runner, run_iters):
     hook = _jsonl_logger(interval=2)
     runner = make_runner(RuntimeInfoHook(), hook, max_iters=4)

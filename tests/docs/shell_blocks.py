@@ -240,7 +240,8 @@ def apply_output_options(expected: str, options: OutputOptions) -> str:
             tolerated = _with_tolerance(figure.group(0), tolerance)
             return f"{m.group(1)}{m.group(2)}{tolerated}{m.group(3)[figure.end():]}"
 
-        expected = re.sub(rf"(?<!\S)({labels})(\s*)(\S+)", per_label, expected)
+        # not inside a longer name (`xval/loss:`); after a quote or a brace is fine
+        expected = re.sub(rf"(?<![\w/])({labels})(\s*)(\S+)", per_label, expected)
     if options.figures:
         expected = _DECIMAL.sub(lambda m: _with_tolerance(m.group(1), options.figures), expected)
     if options.excerpt:

@@ -222,18 +222,26 @@ class Sweep:
     def _check_keys(self) -> Config:
         """Load the config with the fixed options and the first value of each parameter: a
         misspelt key fails here, once, with a suggestion."""
-        from libai.hooks import default_hook_options
-
-        cfg = Config.fromfile(self.config)
-        try:  # `libai train` takes a default hook's key without `+`: so does the check
-            cfg.merge_from_options(default_hook_options(cfg, self.cfg_options))
+        self._file_cfg = Config.fromfile(self.config)
+        try:
+            cfg = self.trial_config({})
         except ConfigError as e:
             raise ConfigError(f"cfg_options: {e}") from None
-        probe = cfg.copy()
         try:
-            probe.merge_from_options({p.name: p.first() for p in self.params})
+            self.trial_config({p.name: p.first() for p in self.params})
         except ConfigError as e:
             raise ConfigError(f"params: {e}") from None
+        return cfg
+
+    def trial_config(self, values: Mapping[str, Any]) -> Config:
+        """The config as a trial with ``values`` runs it: ``libai train CONFIG --cfg-options
+        <cfg_options> <values>``, where a default hook is a key without ``+`` (judged on the
+        config file, as ``libai train`` judges all its options at once)."""
+        from libai.hooks import default_hook_options
+
+        cfg = self._file_cfg.copy()
+        cfg.merge_from_options(default_hook_options(self._file_cfg, self.cfg_options))
+        cfg.merge_from_options(default_hook_options(self._file_cfg, values))
         return cfg
 
     def signature(self) -> dict[str, Any]:

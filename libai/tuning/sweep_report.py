@@ -103,8 +103,7 @@ def write_csv(trials: list[Any], sweep: Sweep, path: str) -> None:
 
 def write_best_config(best: Any, sweep: Sweep, path: str) -> None:
     """The config as the best trial ran it (fixed options and its values), for train.py."""
-    cfg = sweep.base_cfg.copy()
-    cfg.merge_from_options({p.name: p.decode(best.params[p.name]) for p in sweep.params})
+    cfg = sweep.trial_config({p.name: p.decode(best.params[p.name]) for p in sweep.params})
     cfg.work_dir = _show(os.path.join(sweep.study_dir, "best"))  # not the base config's
     keep = Config({k: v for k, v in cfg.to_dict().items() if not str(k).startswith("_")},
                   filename=cfg.filename)

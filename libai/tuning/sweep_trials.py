@@ -113,9 +113,8 @@ class SweepRunner:
 
     def _max_iters(self, values: dict[str, Any]) -> int | None:
         """The trial's ``train_cfg.max_iters`` (None for an epoch loop): its bar's length."""
-        cfg = self.sweep.base_cfg.copy()
         try:
-            cfg.merge_from_options(values)
+            cfg = self.sweep.trial_config(values)
         except ConfigError:  # checked when the sweep file was read; a bar without a length
             return None
         train_cfg = cfg.get("train_cfg") or {}

@@ -248,3 +248,23 @@ def test_progress_follows_a_trials_scalars(tmp_path):
     progress.finished(7)
     assert progress.done == 1 and progress.place(7) == ""
     progress.stop()
+
+
+def test_default_hooks_are_keys_without_plus_in_a_sweep(tmp_path):
+    """A default hook the config does not list (throughput) takes no `+`, in the sweep file's
+    cfg_options, in --cfg-options and as a swept parameter, as in tools/train.py (issue 27)."""
+    import types
+
+    from libai.tuning.sweep_file import Sweep
+
+    path = write_sweep(tmp_path / "hooks.py", params={"default_hooks.throughput.summary": [False]},
+                       cfg_options=[*FAST, "default_hooks.throughput.count_flops=False"])
+    args = types.SimpleNamespace(parallel=None, trials=None, study_dir=str(tmp_path / "s"),
+                                 cfg_options=["default_hooks.throughput.peak_tflops=1.0"])
+    sweep_ = Sweep(path, args)
+    assert sweep_.base_cfg.default_hooks.throughput.count_flops is False
+    assert sweep_.base_cfg.default_hooks.throughput.peak_tflops == 1.0
+    assert sweep_.cfg_options[-1] == "default_hooks.throughput.peak_tflops=1.0"
+    with pytest.raises(Exception, match="throughputt"):
+        Sweep(write_sweep(tmp_path / "typo.py", params={"default_hooks.throughputt.x": [1]}),
+              args)

@@ -92,6 +92,13 @@ def config_template(cfg):
 def _check_args(args) -> None:
     if args.max_new_tokens < 1 or args.num_samples < 1:
         raise ConfigError("--max-new-tokens and --num-samples must be at least 1.")
+    if not args.temperature > 0:  # also NaN
+        raise ConfigError(f"--temperature must be > 0, got {args.temperature:g} (use --greedy to "
+                          f"always take the likeliest token).")
+    if args.top_k is not None and args.top_k < 1:
+        raise ConfigError(f"--top-k must be at least 1, got {args.top_k}.")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise ConfigError(f"--top-p is a total probability in (0, 1], got {args.top_p:g}.")
     if args.instruction is not None and args.prompt:
         raise ConfigError("Give --prompt (text to continue) or --instruction (a question for an "
                           "instruction-tuned model), not both.")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 import torch
@@ -28,6 +29,7 @@ from libai.data.text.labeled import frame_ids, pad_collate
 from libai.data.text.records import read_records
 from libai.registry import MODELS
 from libai.utils.errors import ConfigError
+from libai.utils.paths import check_output_path
 
 
 def parse_args(argv=None, prog=None):
@@ -91,8 +93,20 @@ def _describe(task: str, logits: torch.Tensor, classes: list[str], k: int,
     return "  ".join(f"{c} {p:.2f}" for c, p in chosen), {"label": chosen[0][0], "top": chosen}
 
 
+def _check_args(args) -> None:
+    """What the arguments alone can tell, before the model and the checkpoint load."""
+    if args.top_k < 1:
+        raise ConfigError(f"--top-k must be at least 1, got {args.top_k}.")
+    if args.file is not None and not os.path.isfile(args.file):
+        raise ConfigError(f"--file {args.file}: no such file (relative paths start from "
+                          f"{os.getcwd()}).")
+    if args.out is not None:
+        check_output_path(args.out, "--out")
+
+
 def main(argv=None, prog=None):
     args = parse_args(argv, prog)
+    _check_args(args)
     cfg = load_config(args.config, args.cfg_options)
     dataset = _dataset_cfg(cfg)
     task, length = dataset.get("task", "classification"), dataset.get("max_seq_length", 128)

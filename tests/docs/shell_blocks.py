@@ -159,8 +159,11 @@ def parse_console(text: str) -> list[tuple[str, str]]:
 _NUMBER = r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 _CLOCK = r"\d{1,3}:\d\d:\d\d"  # a time of day or an ETA: never the same twice
 _ANY_WORD = "\x00"  # what `LABEL any` leaves in the shown output: any word there
+_GAP = "\x01"  # what `excerpt` puts between shown lines: any text (a `...` would merge with a
+# line's own final dots)
 _TOKEN = re.compile(
-    rf"(\.\.\.)|(?<![\d:])({_CLOCK})(?![\d:])|~({_NUMBER})|({_NUMBER})±({_NUMBER})|({_ANY_WORD})"
+    rf"(\.\.\.|{_GAP})|(?<![\d:])({_CLOCK})(?![\d:])|~({_NUMBER})|({_NUMBER})±({_NUMBER})"
+    rf"|({_ANY_WORD})"
 )
 
 
@@ -240,14 +243,15 @@ def apply_output_options(expected: str, options: OutputOptions) -> str:
             tolerated = _with_tolerance(figure.group(0), tolerance)
             return f"{m.group(1)}{m.group(2)}{tolerated}{m.group(3)[figure.end():]}"
 
-        # not inside a longer name (`xval/loss:`); after a quote or a brace is fine
-        expected = re.sub(rf"(?<![\w/])({labels})(\s*)(\S+)", per_label, expected)
+        # a whole label (not `in` of `incomplete`, not `val/loss:` of `xval/loss:`); after a
+        # quote or a brace is fine
+        expected = re.sub(rf"(?<![\w/])({labels})(?!\w)(\s*)(\S+)", per_label, expected)
     if options.figures:
         expected = _DECIMAL.sub(lambda m: _with_tolerance(m.group(1), options.figures), expected)
     if options.excerpt:
         lines = [line for line in expected.splitlines() if line.strip()]
         # no whitespace around the gaps: a shown line may be the first or the last printed
-        expected = "...".join(["", *lines, ""]) if lines else ""
+        expected = _GAP.join(["", *lines, ""]) if lines else ""
     return expected
 
 

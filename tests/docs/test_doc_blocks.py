@@ -111,3 +111,17 @@ def test_label_any_takes_any_word_after_the_label():
     options = parse_output_options("folder any; directory any")
     assert compare_output(apply_output_options(shown, options), got) is None
     assert compare_output(apply_output_options(shown, options), got.replace("then", "and")) is not None
+
+
+def test_a_label_is_a_whole_word():
+    options = parse_output_options("checkpoints in any")
+    shown = "the only checkpoints in /home/you/w are damaged or incomplete"
+    assert apply_output_options(shown, options).endswith("damaged or incomplete")
+    assert compare_output(apply_output_options(shown, options), shown.replace("/home/you", "/x")) is None
+
+
+def test_an_excerpt_line_may_end_in_a_full_stop():
+    options = parse_output_options("excerpt")
+    shown = "12:00:00 WARNING resume: moved iter_3.pth to *.damaged, every byte kept."
+    got = "start\n08:46:16 WARNING resume: moved iter_3.pth to *.damaged, every byte kept.\nend"
+    assert compare_output(apply_output_options(shown, options), got) is None

@@ -126,6 +126,9 @@ def _read_rows(path: str) -> tuple[list[dict[str, Any]], int]:
         raise LogError(f"{path} is not UTF-8 text (line {not_text[0]} has the byte "
                        f"0x{not_text[1].hex()}): a {SCALARS} is JSON lines in UTF-8, as libai "
                        f"writes it. Is this the right file?")
+    if not rows and bad:
+        raise LogError(f"{path}: none of its {bad} line(s) is a JSON row with a 'step', as a "
+                       f"{SCALARS} holds. Is this the right file?")
     return rows, bad
 
 

@@ -32,7 +32,11 @@ The rules (doc_blocks.py and shell_blocks.py have the details):
   shows in the skip list at the end of the run (``pytest -rs``).
 
 Each document runs in a sandbox (a temp folder with configs/ copied and tools/ linked) that is its
-working directory, so nothing is written into the repository.
+working directory, so nothing is written into the repository. A reader follows the pages in a
+checkout instead, so when a page ends, what it wrote must be what .gitignore covers (work_dirs/,
+my_* files): anything else, or a new file under a linked folder, fails the page's last block at
+teardown (doc_blocks._left_in_a_checkout). test_doc_blocks.py checks that no two pages write
+one file with different contents.
 """
 
 from pathlib import Path

@@ -1,5 +1,7 @@
 """The docs harness itself: output comparison, console and shell parsing, skip markers."""
 
+import re
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -125,3 +127,23 @@ def test_an_excerpt_line_may_end_in_a_full_stop():
     shown = "12:00:00 WARNING resume: moved iter_3.pth to *.damaged, every byte kept."
     got = "start\n08:46:16 WARNING resume: moved iter_3.pth to *.damaged, every byte kept.\nend"
     assert compare_output(apply_output_options(shown, options), got) is None
+
+
+REPO = Path(__file__).resolve().parents[2]
+_HEADED_BLOCK = re.compile(r"```(?:python|yaml|json)\n#\s+([\w./-]+\.(?:py|ya?ml|json))\b[^\n]*\n(.*?)```",
+                           re.DOTALL)
+
+
+def test_no_two_pages_write_the_same_file_with_different_contents():
+    """A reader follows the pages in one checkout: a file one page writes must not be another
+    page's file with other contents (README's my_project/my_run.py was also registry.md's)."""
+    written = defaultdict(lambda: defaultdict(set))  # path -> page -> contents
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for m in _HEADED_BLOCK.finditer(page.read_text()):
+            written[m.group(1)][page.name].add(m.group(2).strip())
+    clashes = {
+        path: sorted(pages)
+        for path, pages in written.items()
+        if len(pages) > 1 and len(set().union(*pages.values())) > 1
+    }
+    assert not clashes, f"files written with different contents by these pages: {clashes}"

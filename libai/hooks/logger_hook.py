@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 
-from libai.model.summary import format_flops
 from libai.registry import HOOKS, LOG_BACKENDS
 from libai.utils.dist import all_reduce_mean
 from libai.utils.errors import ConfigError
@@ -24,6 +23,7 @@ from libai.visualization.backends import (
     log_run_config,
     log_run_summary,
 )
+from libai.visualization.figures import format_part, format_value
 from libai.visualization.plots import draw_in_background, plot_scalars, saved_message
 from libai.visualization.progress import ProgressBar
 
@@ -31,35 +31,6 @@ from ._interval_sums import RunningSum
 from .hook import Hook, RunnerView
 
 __all__ = ["LoggerHook"]
-
-
-def _fmt(value: float) -> str:
-    if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5) and math.isfinite(value):
-        return f"{value:.4e}"
-    return f"{value:.4f}"
-
-
-def _rate(value: float, unit: str) -> str:
-    return f"{value:,.0f} {unit}" if abs(value) >= 100 else f"{value:.3g} {unit}"
-
-
-# ThroughputHook's figures as a person reads them in the log line (3 significant digits, or whole
-# numbers with thousands separators); the message hub, scalars.jsonl and TensorBoard keep the
-# full values under their keys
-_FIGURES = {
-    "samples_per_s": lambda v: _rate(v, "samples/s"),
-    "tokens_per_s": lambda v: _rate(v, "tokens/s"),
-    "tflops": lambda v: f"{format_flops(v * 1e12)}/s",  # 7.12 TFLOP/s; 712 GFLOP/s below one
-    "mfu": lambda v: f"MFU {v * 100:.3g}%",
-}
-
-
-def _part(key: str, value: float) -> str:
-    """``key: value`` in the log line, or the figure as a person reads it (``3,323 samples/s``)."""
-    figure = _FIGURES.get(key)
-    if figure is not None and math.isfinite(value):
-        return figure(value)
-    return f"{key}: {_fmt(value)}"
 
 
 @HOOKS.register_module()
@@ -310,8 +281,8 @@ class LoggerHook(Hook):
         parts += [f"{k}: {v:.4f}" for k, v in timing.items()]
         if "memory" in extra:
             parts.append(f"memory: {extra['memory']:.0f}")
-        parts += [_part(k, v) for k, v in means.items()]
-        parts += [_part(k, v) for k, v in extra.items() if k not in ("lr", "memory")]
+        parts += [format_part(k, v) for k, v in means.items()]
+        parts += [format_part(k, v) for k, v in extra.items() if k not in ("lr", "memory")]
         return "  ".join(parts)
 
     # ----------------------------------------------------------------------- val / test
@@ -371,7 +342,7 @@ class LoggerHook(Hook):
             head = f"Iter({stage}) [{runner.iter}/{self._max_iters}]"
         else:
             head = f"{label} (iteration {runner.iter})"
-        parts = [head] + [f"{k}: {_fmt(v)}" for k, v in scalars.items()]
+        parts = [head] + [f"{k}: {format_value(v)}" for k, v in scalars.items()]
         samples = runner.message_hub.get_info("eval_samples")
         if samples is not None:
             parts.append(f"samples: {samples}")

@@ -377,7 +377,7 @@ def test_throughput_figures_read_as_a_person_reads_them():
     """The log line formats ThroughputHook's figures for reading (issue 27): thousands
     separators, 3 significant digits, FLOP/s with its SI prefix and MFU in percent; other keys
     keep `key: value`. The values written to scalars.jsonl are not touched (test_throughput_hook)."""
-    from libai.hooks.logger_hook import _part
+    from libai.visualization.figures import format_part as _part
 
     assert _part("samples_per_s", 3322.8005) == "3,323 samples/s"
     assert _part("samples_per_s", 9.5681) == "9.57 samples/s"

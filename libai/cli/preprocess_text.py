@@ -65,8 +65,9 @@ def parse_args(argv=None, prog=None):
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks")
     args = parser.parse_args(argv)
-    if args.workers is not None and args.workers < 1:
-        parser.error(f"--workers must be at least 1, got {args.workers}")
+    if args.workers is not None and args.workers < 0:
+        parser.error(f"--workers must be 0 or 1 (tokenise in this process) or more, got "
+                     f"{args.workers}")
     if args.train_tokenizer and args.vocab_size is None:
         parser.error("--train-tokenizer needs --vocab-size")
     if args.tokenizer and (args.vocab_size is not None or args.cased):

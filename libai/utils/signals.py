@@ -113,6 +113,7 @@ class StopRequest:
         self.signals = tuple(getattr(signal, name) for name in signals)
         self.received = 0  # the first signal's number; written only by the handler
         self._previous: dict[int, Any] = {}
+        self._owner = os.getpid()  # the process that installed the handlers
         self._group: Any = None
         self._distributed = False
 
@@ -128,6 +129,7 @@ class StopRequest:
         if threading.current_thread() is not threading.main_thread():
             return False
         self.received = 0
+        self._owner = os.getpid()
         for signum in self.signals:
             self._previous[signum] = signal.signal(signum, self._handle)
         self._distributed = dist.get_world_size() > 1
@@ -144,6 +146,8 @@ class StopRequest:
 
     def _handle(self, signum: int, frame: Any) -> None:
         # Only a flag: the loops act on it where stopping is safe.
+        if os.getpid() != self._owner:
+            return  # a forked child (a data loader worker, same terminal): the main process acts
         if self.received:
             name = signal.Signals(signum).name
             os.write(2, f"libai: second signal ({name}): exiting at once with status "

@@ -61,3 +61,25 @@ def test_second_ctrl_c_exits_at_once(tmp_path):
     assert "second signal (SIGINT): exiting at once with status 130" in out.stderr
     assert "Traceback" not in out.stderr and "Stopped by" not in out.stdout + out.stderr
     assert read_latest(work) is None and not list(work.glob("*.pth"))
+
+
+def test_a_forked_data_loader_worker_leaves_ctrl_c_to_the_main_process():
+    """A terminal's Ctrl-C reaches the whole process group; forked workers inherit the handler,
+    which must neither print nor record there (nor exit on a second one)."""
+    import signal
+
+    from libai.utils.signals import StopRequest
+
+    stop = StopRequest(["SIGINT"])
+    assert stop.install()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the worker
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+            os._exit(0 if stop.received == 0 else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert stop.poll() == 0  # the main process saw nothing
+    finally:
+        stop.uninstall()

@@ -18,7 +18,7 @@ CASES = {
         "kind": ("$T/notes.txt --output-prefix $T/o --train-tokenizer wordpiece --vocab-size big",
                  "argument --vocab-size: invalid int value: 'big'"),
         "kind2": ("$T/notes.txt --output-prefix $T/o --train-tokenizer wordpiece --vocab-size 100 "
-                  "--workers 0", "--workers must be at least 1, got 0"),
+                  "--workers -2", "--workers must be 0 or 1 (tokenise in this process) or more, got -2"),
         "choice": ("$T/notes.txt --output-prefix $T/o --train-tokenizer wordpeice",
                    "argument --train-tokenizer: invalid choice: 'wordpeice'"),
     },

@@ -71,6 +71,7 @@ def acquire(work_dir: str) -> WorkDirLock:
     path = os.path.join(work_dir, LOCK_NAME)
     token = f"{socket.gethostname()}:{os.getpid()}:{time.time_ns()}"
     record = {"pid": os.getpid(), "host": socket.gethostname(), "token": token,
+              "process": _process_identity(os.getpid()),
               "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)}
     for _ in range(5):
         if _create(path, json.dumps(record)):
@@ -128,8 +129,23 @@ def _alive(record: dict[str, Any]) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # a live process of another user
-        return True
-    return True
+        pass
+    # the PID lives; is it still the run's process, or was the number reused (after a reboot)?
+    then, now = record.get("process"), _process_identity(pid)
+    return not (then and now and then != now)
+
+
+def _process_identity(pid: int) -> str | None:
+    """What tells a process from a later one with the same PID: the boot and its start time
+    (Linux's /proc); None where that cannot be read."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot = f.read().strip()
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return f"{boot}:{fields[19]}"  # field 22 of stat: the start time, in clock ticks
+    except (OSError, IndexError):
+        return None
 
 
 def _remove_stale(path: str, record: dict[str, Any]) -> None:

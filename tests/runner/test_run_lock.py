@@ -14,15 +14,15 @@ from libai.runner import Runner
 from libai.testing import toy_config
 from libai.utils.errors import ConfigError
 from libai.utils.run_layout import run_folders
-from libai.utils.run_lock import LOCK_NAME, acquire, holder
+from libai.utils.run_lock import LOCK_NAME, _process_identity, acquire, holder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def write_lock(work, pid, host=None):
+def write_lock(work, pid, host=None, process=None):
     os.makedirs(work, exist_ok=True)
     record = dict(pid=pid, host=host or socket.gethostname(), token="t", started="2026-11-26 08:00:00",
-                  command="tools/train.py configs/digits_mlp.py")
+                  command="tools/train.py configs/digits_mlp.py", process=process)
     with open(os.path.join(work, LOCK_NAME), "w") as f:
         json.dump(record, f)
 
@@ -71,6 +71,16 @@ def test_a_stale_lock_of_a_killed_run_does_not_block(tmp_path, capfd):
     runner.train()
     runner.close()
     assert holder(str(work)) is None
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="Linux's /proc")
+def test_a_pid_reused_by_another_process_does_not_block(tmp_path, other_run):
+    """The lock's PID is alive but is not the process that wrote it (a reboot, PIDs reused)."""
+    write_lock(tmp_path, other_run.pid, process="another-boot:12345")
+    acquire(str(tmp_path)).release()
+    write_lock(tmp_path, other_run.pid, process=_process_identity(other_run.pid))
+    with pytest.raises(ConfigError, match=f"PID {other_run.pid} on this host"):
+        acquire(str(tmp_path))
 
 
 def test_same_process_runs_one_after_the_other(tmp_path):

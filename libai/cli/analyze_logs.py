@@ -5,6 +5,10 @@ summary of runs' ``scalars.jsonl`` logs. The logic is :mod:`libai.analysis`.
         [--x step|epoch] [--smooth N] [--log-scale] [--legend NAME ...] [--title T] --out FILE
     libai analyze-logs cal_train_time RUN [RUN ...]
     libai analyze-logs summary RUN [RUN ...]
+
+A RUN is a ``scalars.jsonl`` or a work dir; of a work dir, the latest training: its newest run
+folder that started a training and logged steps, with the resumes that continued it (a folder
+without steps, e.g. of a refused ``--resume``, is passed over).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import torch
 
 from libai.utils import dist
 from libai.utils.errors import ConfigError
+from libai.utils.run_lock import WorkDirLock, acquire
 from libai.utils.suggest import did_you_mean
 
 __all__ = [
@@ -83,14 +84,12 @@ def seed_everything(randomness: dict, rank: int | None = None) -> int:
     return int(seed)
 
 
-def lock_work_dir(work_dir: str, dry_run: bool = False) -> Any:
+def lock_work_dir(work_dir: str, dry_run: bool = False) -> WorkDirLock | None:
     """Take ``work_dir``'s lock (:mod:`libai.utils.run_lock`) on rank 0, so that a second run
     started there is refused with one line on every rank; the returned lock is held until it is
     collected or the process ends. A dry run writes nothing there and takes none (None)."""
     if dry_run:
         return None
-    from libai.utils.run_lock import acquire
-
     lock, refusal = None, None
     if dist.is_main_process():
         try:

@@ -254,7 +254,10 @@ class Runner:
             Preempted: a signal named by the ``preemption`` key stopped training; the checkpoint
                 of the stop iteration is written (docs/reliability.md).
         """
-        return preemption.guarded(self, self._stop_request, self._train)
+        try:
+            return preemption.guarded(self, self._stop_request, self._train)
+        finally:
+            self.close()  # training is over: the work dir is free for the next run
 
     def stop_on_signal(self, signum: int, val_interrupted: bool = False) -> None:
         """Called by the train loop on every rank when a stop signal is agreed on: save the
@@ -285,8 +288,9 @@ class Runner:
         return self.unwrapped_model
 
     def close(self) -> None:
-        """Give the work dir back to other runs (its lock). Also done when the runner is
-        collected or the process ends, after an error too; the runner can still be read."""
+        """Give the work dir back to other runs (its lock, taken when the runner was built).
+        Done at the end of ``train``, ``val`` and ``test`` (after an error too), when the runner
+        is collected and when the process ends; the runner can still be read."""
         if self._work_dir_lock is not None:
             self._work_dir_lock.release()
 
@@ -307,4 +311,7 @@ class Runner:
             self.checkpointer.restore(weights_only=True)
             return loop.run()
         finally:
-            self.call_hook("after_run")
+            try:
+                self.call_hook("after_run")
+            finally:
+                self.close()

@@ -86,11 +86,10 @@ def test_a_pid_reused_by_another_process_does_not_block(tmp_path, other_run):
 def test_same_process_runs_one_after_the_other(tmp_path):
     work = tmp_path / "w"
     first = Runner.from_cfg(cfg(work))
-    first.train()
-    second = Runner.from_cfg(cfg(work))  # a script training twice in one work dir
+    second = Runner.from_cfg(cfg(work))  # a script building two runners in one work dir
     first.close()  # the earlier runner's release leaves the later one's lock alone
     assert holder(str(work))["pid"] == os.getpid()
-    second.close()
+    second.train()  # training over: the lock is given back, also without close()
     assert holder(str(work)) is None
 
 

@@ -139,7 +139,10 @@ def find_resumable(
 ) -> Path | None:
     """The checkpoint to resume from: the latest one if it verifies, else the newest that does.
 
-    The file named by ``latest_checkpoint`` is verified against its manifest (size and sha256).
+    Latest and newest mean the last written, so ``--resume`` follows the latest run of a work dir
+    that saved a checkpoint, not the run that reached the highest iteration
+    (tests/tools/test_latest_run.py). The file named by ``latest_checkpoint`` is verified against
+    its manifest (size and sha256).
     When it (or the pointer) is missing or damaged, the other checkpoints are tried newest first,
     and a warning names the bad file and the one used instead. Checkpoints without a manifest are
     never chosen: they may be unfinished.

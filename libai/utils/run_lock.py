@@ -124,6 +124,8 @@ def _alive(record: dict[str, Any]) -> bool:
         return True  # another host's run, or a file that cannot be read: evidence, kept
     if pid == os.getpid():
         return False  # an earlier run of this process (a script training twice): ours to take
+    if os.name == "nt":  # os.kill(pid, 0) would end the process there, not probe it
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

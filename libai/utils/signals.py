@@ -114,6 +114,7 @@ class StopRequest:
         self.received = 0  # the first signal's number; written only by the handler
         self._previous: dict[int, Any] = {}
         self._owner = os.getpid()  # the process that installed the handlers
+        self._announce = True  # rank 0 says what a Ctrl-C does
         self._group: Any = None
         self._distributed = False
 
@@ -130,6 +131,7 @@ class StopRequest:
             return False
         self.received = 0
         self._owner = os.getpid()
+        self._announce = dist.get_rank() == 0
         for signum in self.signals:
             self._previous[signum] = signal.signal(signum, self._handle)
         self._distributed = dist.get_world_size() > 1
@@ -155,7 +157,7 @@ class StopRequest:
                         f"last complete one is kept.\n".encode())
             os._exit(exit_status(signum))
         self.received = signum
-        if signum == signal.SIGINT:  # a person is waiting: say what happens and how to skip it
+        if signum == signal.SIGINT and self._announce:  # a person waits: say what happens
             os.write(2, b"libai: Ctrl-C: finishing this step and saving it, then stopping; press "
                         b"Ctrl-C again to exit at once without saving.\n")
 

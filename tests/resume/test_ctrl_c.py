@@ -5,6 +5,7 @@ and every logged row are bit-identical to a run never interrupted.
 """
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -83,3 +84,56 @@ def test_a_forked_data_loader_worker_leaves_ctrl_c_to_the_main_process():
         assert stop.poll() == 0  # the main process saw nothing
     finally:
         stop.uninstall()
+
+
+AGENT_CTRL_C = '''
+import os
+import signal
+import time
+
+from libai.hooks import Hook
+
+
+class AgentCtrlCHook(Hook):
+    """Rank 0 sends SIGINT to torchrun's agent (its parent) after iteration `at`, as a terminal's
+    Ctrl-C does (torchrun starts each worker in a session of its own: the terminal's signal
+    reaches the agent alone, which passes it on to every worker)."""
+
+    priority = "LOWEST"
+
+    def __init__(self, at):
+        self.at = at
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+        if runner.rank == 0 and runner.iter + 1 == self.at:
+            os.kill(os.getppid(), signal.SIGINT)
+
+    def before_save_checkpoint(self, runner, checkpoint=None):
+        if checkpoint["meta"]["iter"] >= self.at:
+            time.sleep(1.0)  # a save that takes a while: the agent waits for it
+'''
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_torchrun_saves_the_step_on_every_rank(tmp_path):
+    """torchrun passes a terminal's Ctrl-C on to its workers once: they agree on a step, write
+    its checkpoint and stop, while the agent waits for them."""
+    from test_preemption_ddp import CONFIG
+
+    (tmp_path / "agent_ctrl_c.py").write_text(AGENT_CTRL_C)
+    config = tmp_path / "cfg.py"
+    config.write_text(CONFIG.format(n=12, hooks=[dict(type="agent_ctrl_c.AgentCtrlCHook", at=5)]))
+    work = tmp_path / "w"
+    args = [rh.PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+            "--monitor-interval", "0.1", rh.TRAIN_TOOL, str(config), "--work-dir", str(work)]
+    run = subprocess.run(args, cwd=rh.ROOT, env=rh.python_env(pythonpath=str(tmp_path)),
+                         capture_output=True, text=True, timeout=300, start_new_session=True)
+    log = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert "second signal" not in log, log[-5000:]
+    stopped = re.findall(r"Stopped by SIGINT at iteration (\d+) of 12: checkpoint", log)
+    assert len(stopped) == 2 and stopped[0] == stopped[1], log[-5000:]  # the ranks agree
+    assert log.count("libai: Ctrl-C: finishing this step") == 1  # rank 0 says it, once
+    at = int(stopped[0])
+    ckpt = load_checkpoint(work / f"iter_{at}.pth")  # complete: the manifest verifies
+    assert at >= 5 and ckpt["loop"]["iter"] == at and len(ckpt["rng"]) == 2

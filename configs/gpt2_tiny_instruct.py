@@ -4,12 +4,14 @@
 #   python tools/train.py configs/gpt2_tiny.py
 #   python tools/train.py configs/gpt2_tiny_instruct.py
 #   python tools/generate.py configs/gpt2_tiny_instruct.py work_dirs/gpt2_tiny_instruct/iter_600.pth \
-#       --greedy --instruction "Who speaks next?
+#       --greedy --instruction "Who speaks last in this passage?
 #
-#   ROMEO:
-#   Lady, by yonder blessed moon I swear
-#   JULIET:
-#   O, swear not by the moon, the inconstant moon,"
+#   LYSANDER:
+#   One turf shall serve as pillow for us both;
+#   HERMIA:
+#   Nay, good Lysander; for my sake, my dear,"
+# It answers with a name and stops; 27% of the validation answers are exact after 600 steps
+# (docs/instruction_tuning.md has the figures).
 # A checkpoint elsewhere: --cfg-options load_from=PATH; from scratch: load_from=None.
 # docs/instruction_tuning.md walks through it, with one's own JSON lines.
 _base_ = [

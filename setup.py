@@ -46,6 +46,7 @@ setup(
     install_requires=read_requirements("runtime.txt"),
     extras_require={
         "optional": read_requirements("optional.txt"),
+        "hf": read_requirements("hf.txt"),
         "tests": read_requirements("tests.txt"),
     },
 )

@@ -60,11 +60,14 @@ def resolve_config(ref: str) -> str:
     shipped = _shipped_path(ref)
     if shipped is not None:
         return str(shipped)
-    if os.sep in ref or "/" in ref or os.path.isabs(ref):
-        return ref  # a path: the loader's message names the folder and close file names
     names = shipped_configs()
     stems = [n.rsplit(".", 1)[0] for n in names]
     stem = ref.rsplit(".", 1)[0] if Path(ref).suffix in SUFFIXES else ref
+    shipped_folders = {s.split("/", 1)[0] for s in stems if "/" in s}
+    if os.sep in ref or "/" in ref or os.path.isabs(ref):
+        if ref.replace(os.sep, "/").split("/", 1)[0] not in shipped_folders:
+            return ref  # a path: the loader's message names the folder and close file names
+        stem = stem.replace(os.sep, "/")  # sweeps/digits_rl: a shipped folder, a misspelled name
     hint = did_you_mean(stem, stems) or f" Shipped configs: {', '.join(stems)}."
     raise ConfigError(
         f"config '{ref}' not found: no such file in {os.getcwd()} and no shipped config of that "

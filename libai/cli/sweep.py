@@ -26,7 +26,8 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     parser.add_argument("--parallel", type=int, default=None, metavar="N",
                         help="trials running at once (default: the file's parallel, else 1)")
     parser.add_argument("--trials", type=int, default=None, metavar="N",
-                        help="number of trials for random / bayes (overrides the file)")
+                        help="number of trials for random / bayes (overrides the file); for a "
+                             "grid, run its first N points")
     parser.add_argument("--study-dir", default=None, metavar="DIR",
                         help="folder of the study (default work_dirs/sweeps/<study_name>)")
     options = add_cfg_options_argument(parser)

@@ -185,8 +185,10 @@ class Sweep:
             self.search_space = {p.name: p.grid() for p in self.params}
             self.grid_size = math.prod(len(v) for v in self.search_space.values())
         trials = args.trials if args.trials is not None else raw.get("trials")
-        if self.strategy == "grid":
-            self.trials = self.grid_size
+        if args.trials is not None and (isinstance(args.trials, bool) or args.trials < 1):
+            raise ConfigError(f"--trials must be an int >= 1, got {args.trials!r}.")
+        if self.strategy == "grid":  # --trials N runs the first N points of the grid
+            self.trials = min(args.trials or self.grid_size, self.grid_size)
         elif isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
             raise ConfigError(f"strategy='{self.strategy}' needs trials= (an int >= 1) in the "
                               f"sweep file or --trials, got {trials!r}.")

@@ -61,6 +61,8 @@ CASES = {
                  "argument --trials: invalid int value: 'lots'"),
         "choice": ("$T/sweep_typo.py --study-dir $T/study", "strategy must be one of grid, random, "
                                                             "bayes, got 'gird'. Did you mean 'grid'?"),
+        "kind2": ("$T/sweep.py --study-dir $T/study --trials 0", "--trials must be an int >= 1, got 0"),
+        "choice2": ("sweeps/digits_rl --study-dir $T/study", "Did you mean 'sweeps/digits_lr'"),
     },
     "train": {  # the parallel surface
         "kind": ("digits_mlp --fast-dev-run --cfg-options parallel.fsdp=two",

@@ -268,3 +268,19 @@ def test_default_hooks_are_keys_without_plus_in_a_sweep(tmp_path):
     with pytest.raises(Exception, match="throughputt"):
         Sweep(write_sweep(tmp_path / "typo.py", params={"default_hooks.throughputt.x": [1]}),
               args)
+
+
+def test_trials_limits_a_grid_to_its_first_points(tmp_path):
+    import types
+
+    from libai.tuning.sweep_file import Sweep
+    from libai.utils.errors import ConfigError
+
+    path = write_sweep(tmp_path / "grid.py",
+                       params={"optim_wrapper.optimizer.lr": [1e-3, 2e-3, 3e-3]})
+    args = dict(parallel=None, study_dir=str(tmp_path / "s"), cfg_options=[])
+    assert Sweep(path, types.SimpleNamespace(trials=None, **args)).trials == 3
+    assert Sweep(path, types.SimpleNamespace(trials=2, **args)).trials == 2
+    assert Sweep(path, types.SimpleNamespace(trials=9, **args)).trials == 3
+    with pytest.raises(ConfigError, match="--trials must be an int >= 1, got 0"):
+        Sweep(path, types.SimpleNamespace(trials=0, **args))

@@ -89,7 +89,7 @@ def test_genre_fine_tunes_from_a_pretraining_checkpoint_then_tests_predicts_expo
     (["load_from=None", "model.num_classes=2"], "_dataloader.dataset has 3 labels (comedy, history, tragedy): set "
                               "model.num_classes=3"),
     (["load_from=None", "train_dataloader.dataset.data_files=shakespeare_genr"], "Did you mean 'shakespeare_genre'"),
-    ([], "load_from='work_dirs/bert_tiny/iter_1500.pth': no such file. (Relative paths start "
+    ([], "load_from.path='work_dirs/bert_tiny/iter_1500.pth': no such file. (Relative paths start "
          f"from {ROOT}.) It is written by training configs/bert_tiny.py: run `libai train "
          f"bert_tiny` first."),
 ])

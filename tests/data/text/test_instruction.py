@@ -106,7 +106,7 @@ def test_packing_gives_the_pairs_of_padding_in_full_rows(tmp_path, tokenizer_pat
 
 
 def test_truncation_keeps_the_prompt_and_drops_what_cannot_answer(tmp_path, tokenizer_path,
-                                                                   caplog):
+                                                                   libai_log):
     long = {"prompt": "Tell the tale.", "response": " ".join(["once upon a time"] * 20)}
     no_room = {"prompt": " ".join(["why"] * 40), "response": "Because."}
     prompt = encode_prompt(build(tmp_path, tokenizer_path).tokenizer, "alpaca", long["prompt"])
@@ -114,7 +114,7 @@ def test_truncation_keeps_the_prompt_and_drops_what_cannot_answer(tmp_path, toke
     ds = build(tmp_path, tokenizer_path, records=[long, no_room, RECORDS[1]],
                max_seq_length=length)
     assert len(ds) == 2 and ds.num_dropped == 1
-    assert f"1 dropped: the prompt fills max_seq_length={length}" in caplog.text
+    assert any(f"1 dropped: the prompt fills max_seq_length={length}" in m for m in libai_log)
     item = ds[0]
     assert len(item["input_ids"]) == length
     assert item["input_ids"][: len(prompt)].tolist() == prompt

@@ -176,11 +176,12 @@ def test_bad_folders_and_unsupported_models_are_checkpoint_errors(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(CheckpointError, match="cannot read weights from .*model.safetensors"):
         read_hf_folder(tmp_path)
-    roberta = transformers.RobertaConfig(**BERT)
-    transformers.RobertaForMaskedLM(roberta).save_pretrained(tmp_path / "roberta")
+    distil = transformers.DistilBertConfig(vocab_size=99, dim=32, n_layers=1, n_heads=4,
+                                           hidden_dim=37)
+    transformers.DistilBertForMaskedLM(distil).save_pretrained(tmp_path / "distilbert")
     with pytest.raises(CheckpointError) as exc:
-        load_hf_pretrained(tmp_path / "roberta")
-    assert "model_type 'roberta'" in str(exc.value) and "'bert'" in str(exc.value)
+        load_hf_pretrained(tmp_path / "distilbert")
+    assert "model_type 'distilbert'" in str(exc.value) and "'bert'" in str(exc.value)
     with pytest.raises(CheckpointError, match="pre_norm=True BERT has no Hugging Face"):
         save_hf_pretrained(MODELS.build(dict(type="BertForPreTraining", vocab_size=99,
                                              hidden_size=32, num_layers=1, num_heads=4,

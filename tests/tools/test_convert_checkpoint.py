@@ -67,11 +67,11 @@ def test_bad_input_is_one_line(tmp_path):
     out = convert("hf2libai", tmp_path / "missing", tmp_path / "w.pth")
     assert out.returncode == 2 and out.stderr.startswith("error: ")
     assert "is not a Hugging Face model folder" in out.stderr and out.stderr.count("\n") == 1
-    transformers.RobertaForMaskedLM(transformers.RobertaConfig(
-        vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-        intermediate_size=37)).save_pretrained(tmp_path / "roberta")
-    out = convert("hf2libai", tmp_path / "roberta", tmp_path / "w.pth")
-    assert out.returncode == 2 and "model_type 'roberta'" in out.stderr
+    transformers.DistilBertForMaskedLM(transformers.DistilBertConfig(
+        vocab_size=99, dim=32, n_layers=1, n_heads=4, hidden_dim=37)).save_pretrained(
+        tmp_path / "distilbert")
+    out = convert("hf2libai", tmp_path / "distilbert", tmp_path / "w.pth")
+    assert out.returncode == 2 and "model_type 'distilbert'" in out.stderr
     assert out.stderr.count("\n") == 1 and not (tmp_path / "w.pth").exists()
     (tmp_path / "cfg.py").write_text("model = dict(type='DigitsMLP')\n")
     out = convert("libai2hf", tmp_path / "cfg.py", tmp_path / "nope.pth", tmp_path / "o")

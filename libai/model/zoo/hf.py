@@ -227,10 +227,12 @@ def hf_state_dict_for(model: nn.Module, folder: str | os.PathLike) -> State:
     where = f"load_from={os.fspath(folder)!r}"
     if kind is None:
         raise CheckpointError(f"{where} is a Hugging Face folder but {name} has no conversion "
-                              f"from one: only libai's BERT and GPT-2 models load it")
+                              f"from one: only libai's {', '.join(_FAMILIES.values())} models "
+                              f"load it")
     found = config.get("model_type")
     if found != kind:
-        fix = {"bert": "BertForPreTraining", "gpt2": "GPTForCausalLM"}.get(found)
+        fix = {"bert": "BertForPreTraining", "gpt2": "GPTForCausalLM",
+               "llama": "LlamaForCausalLM", "roberta": "RobertaForMaskedLM"}.get(found)
         raise CheckpointError(
             f"{where} holds a {found!r} model but the config builds {name}, a {kind!r} model: "
             + (f"set model.type='{fix}' (and its dimensions) or " if fix else "")
@@ -249,9 +251,17 @@ def hf_state_dict_for(model: nn.Module, folder: str | os.PathLike) -> State:
     return state
 
 
+_FAMILIES = {"bert": "BERT", "gpt2": "GPT-2", "llama": "Llama", "roberta": "RoBERTa"}
+
+
 def _dims(kwargs: dict[str, Any]) -> dict[str, Any]:
     out = dict(kwargs)
     if out.get("ffn_hidden_size") is None and "hidden_size" in out:  # GPT-2's default
         out["ffn_hidden_size"] = 4 * out["hidden_size"]
+    if "num_kv_heads" in out:  # Llama's defaults: as many KV heads as heads, H / heads wide
+        if out.get("num_kv_heads") is None:
+            out["num_kv_heads"] = out["num_heads"]
+        if out.get("head_dim") is None:
+            out["head_dim"] = out["hidden_size"] // out["num_heads"]
     out.setdefault("pre_norm", False)
     return out

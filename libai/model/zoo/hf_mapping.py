@@ -35,13 +35,20 @@ State = dict[str, torch.Tensor]
 _ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                 "relu": "relu"}
 _ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
-# kwargs that change the function a model computes: a checkpoint must agree on them
+# kwargs that change the function a model computes: a checkpoint must agree on them. Llama's
+# and RoBERTa's translations live in hf_llama.py and hf_roberta.py (imported when used)
 SHAPE_ARGS = {
     "bert": ("vocab_size", "hidden_size", "num_layers", "num_heads", "ffn_hidden_size",
              "max_position_embeddings", "type_vocab_size", "activation", "layer_norm_eps",
              "pre_norm"),
     "gpt2": ("vocab_size", "hidden_size", "num_layers", "num_heads", "ffn_hidden_size",
              "max_position_embeddings", "activation", "layer_norm_eps"),
+    "llama": ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+              "ffn_hidden_size", "rms_norm_eps", "rope_theta", "rope_scaling",
+              "tie_word_embeddings"),
+    "roberta": ("vocab_size", "hidden_size", "num_layers", "num_heads", "ffn_hidden_size",
+                "max_position_embeddings", "type_vocab_size", "activation", "layer_norm_eps",
+                "pad_token_id"),
 }
 _BERT_LAYER = [("attention.self.query", "attn.q_proj"), ("attention.self.key", "attn.k_proj"),
                ("attention.self.value", "attn.v_proj"), ("attention.output.dense", "attn.out_proj"),
@@ -83,9 +90,22 @@ def hf_to_libai(config: dict[str, Any], hf_state: State,
             f"{sorted(SHAPE_ARGS)}.{did_you_mean(str(model_type), SHAPE_ARGS)}")
     state = {_old_norm_name(k): v for k, v in hf_state.items() if not k.endswith(_IGNORED_SUFFIXES)}
     try:
-        return (_bert_from_hf if model_type == "bert" else _gpt2_from_hf)(config, state, target)
+        return _translator(model_type, "from_hf")(config, state, target)
     except KeyError as e:  # a dimension the config must give
         raise CheckpointError(f"config.json of this {model_type} model lacks {e}") from e
+
+
+def _translator(model_type: str, direction: str) -> Any:
+    """``<family>_from_hf`` or ``<family>_to_hf`` of a model type (``direction``: "from_hf" or
+    "to_hf")."""
+    if model_type == "llama":
+        from . import hf_llama as module
+    elif model_type == "roberta":
+        from . import hf_roberta as module
+    else:
+        return {("bert", "from_hf"): _bert_from_hf, ("gpt2", "from_hf"): _gpt2_from_hf,
+                ("bert", "to_hf"): _bert_to_hf, ("gpt2", "to_hf"): _gpt2_to_hf}[model_type, direction]
+    return getattr(module, f"{model_type}_{direction}")
 
 
 def _old_norm_name(key: str) -> str:  # checkpoints converted from TensorFlow BERT
@@ -253,12 +273,13 @@ def libai_to_hf(model: nn.Module, label_names: Sequence[str] | None = None
         raise CheckpointError(f"{type(model).__name__} has no Hugging Face export: only libai's "
                               f"BERT and GPT-2 models have one")
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    config, out = (_bert_to_hf if kind == "bert" else _gpt2_to_hf)(model, model.config, state)
+    config, out = _translator(kind, "to_hf")(model, model.config, state)
     config.update(_label_config(model, label_names))
     if state:  # every parameter must have found its Hugging Face name
         raise AssertionError(f"unmapped parameters: {sorted(state)}")
     dtype = next(iter(out.values())).dtype
-    config.update(tie_word_embeddings=True, torch_dtype=str(dtype).removeprefix("torch."))
+    config.setdefault("tie_word_embeddings", True)  # Llama may untie its LM head
+    config.update(torch_dtype=str(dtype).removeprefix("torch."))
     return config, {k: v.contiguous() for k, v in out.items()}
 
 

@@ -42,18 +42,22 @@ class TransformerEmbeddings(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                start_pos: int = 0) -> torch.Tensor:
-        """Embed ``input_ids`` (B, S) at positions ``start_pos ... start_pos + S - 1``.
+                start_pos: int = 0, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Embed ``input_ids`` (B, S) at positions ``start_pos ... start_pos + S - 1``, or at
+        ``position_ids`` (B, S) when given (left-padded batches, RoBERTa's offset positions).
 
         Raises:
             DataError: The sequence runs past ``max_position_embeddings``.
         """
-        end = start_pos + input_ids.shape[1]
-        if end > self.max_position_embeddings:
+        if position_ids is None:
+            end = start_pos + input_ids.shape[1]
+            positions = torch.arange(start_pos, end, device=input_ids.device)  # (S,)
+        else:  # a Python int only when checked below: no sync for the common path above
+            end, positions = None, position_ids  # (B, S)
+        if end is not None and end > self.max_position_embeddings:
             raise DataError(
                 f"sequence length {end} > max_position_embeddings {self.max_position_embeddings}: "
                 f"shorten the data's max_seq_length or raise model.max_position_embeddings")
-        positions = torch.arange(start_pos, end, device=input_ids.device)  # (S,)
         h = self.word_embeddings(input_ids) + self.position_embeddings(positions)  # (B, S, H)
         if self.token_type_embeddings is not None:
             if token_type_ids is None:  # all type 0: one row, broadcast

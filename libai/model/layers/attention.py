@@ -13,7 +13,8 @@ from torch import nn
 
 from libai.utils.errors import ConfigError
 
-__all__ = ["KVCache", "SelfAttention", "key_padding_mask"]
+__all__ = ["KVCache", "SelfAttention", "causal_padding_mask", "key_padding_mask",
+           "padding_position_ids"]
 
 
 def key_padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -29,6 +30,52 @@ def key_padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None
     if attention_mask is None or attention_mask.ndim == 4:
         return attention_mask
     return attention_mask[:, None, None, :].bool()  # (B, 1, 1, S)
+
+
+def causal_padding_mask(attention_mask: torch.Tensor, query_length: int) -> torch.Tensor:
+    """The boolean SDPA mask of a causal layer over a padded batch: True = attend.
+
+    The queries are the last ``query_length`` of the ``L`` keys (with a KV cache, the keys are
+    the cached ones and then this call's), so query ``i`` sits at key position
+    ``L - query_length + i``. It attends to the keys at or before that position that are not
+    padding, and always to itself: a padding query would otherwise get an all-False row, which
+    SDPA turns into NaN, and the NaN would reach every token through the next layer's values.
+    What a padding position computes is never read.
+
+    Args:
+        attention_mask: ``(B, L)`` over all keys, 1 (or True) for tokens and 0 for padding;
+            left, right or inner padding alike.
+        query_length: Queries S of this call, at most ``L``.
+
+    Returns:
+        A ``(B, 1, S, L)`` bool tensor (broadcast over heads).
+    """
+    L = attention_mask.shape[-1]
+    keys = torch.arange(L, device=attention_mask.device)  # (L,)
+    queries = keys[L - query_length:, None]  # (S, 1) each query's key position
+    causal = keys[None, :] <= queries  # (S, L)
+    mask = causal & attention_mask[:, None, None, :].bool()  # (B, 1, S, L)
+    return mask | (keys[None, :] == queries)  # every query sees itself
+
+
+def padding_position_ids(attention_mask: torch.Tensor, query_length: int | None = None
+                         ) -> torch.Tensor:
+    """Positions that count the real tokens only, as Hugging Face's ``generate`` gives them.
+
+    A left-padded prompt gets the positions it has alone (0, 1, ...); right padding leaves the
+    tokens' positions as they are. Padding positions are clamped at 0 (no real token attends to
+    them, so their value does not matter).
+
+    Args:
+        attention_mask: ``(B, L)``, 1 for tokens and 0 for padding.
+        query_length: Keep the last S positions only (the new tokens after a KV cache).
+            Defaults to None: all ``L``.
+
+    Returns:
+        ``(B, S)`` long.
+    """
+    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, L)
+    return positions if query_length is None else positions[:, -query_length:]
 
 
 class KVCache:
@@ -102,8 +149,9 @@ class SelfAttention(nn.Module):
 
         Args:
             x: Hidden states.
-            attn_mask: Boolean mask broadcastable to (B, nh, S, S), True = attend (see
-                :func:`key_padding_mask`). Not combined with ``is_causal``.
+            attn_mask: Boolean mask broadcastable to (B, nh, S, L), True = attend, over the L
+                keys (the cached ones too): see :func:`key_padding_mask` and
+                :func:`causal_padding_mask`. Not combined with ``is_causal``.
             is_causal: Each position attends to itself and earlier ones only.
             kv_cache: Keys and values of earlier positions; this call's are appended. A causal
                 call on a filled cache lets the new positions see every cached one.

@@ -8,7 +8,10 @@ scaled by 1/sqrt(2 * num_layers)). Where it differs: q/k/v are three Linear laye
 keeps one fused ``c_attn`` Conv1D with transposed weights; the converter splits it), and the
 labels come already shifted by the dataset (``labels[t]`` is the token after ``input_ids[t]``).
 
-Batch: ``input_ids`` (B, S) long and ``labels`` (B, S) long, -100 where nothing is predicted.
+Batch: ``input_ids`` (B, S) long and ``labels`` (B, S) long, -100 where nothing is predicted;
+optionally ``attention_mask`` (B, S), 0 on padding (left or right; padding is then kept out of
+attention, at the cost of SDPA's explicit-mask kernel instead of its causal one). Generation is
+:func:`libai.model.generation.generate`.
 Train mode: ``{"loss"}`` (mean cross-entropy over the predicted tokens). Eval mode: ``{"loss",
 "nll_sum" (B,), "num_tokens" (B,), "num_correct" (B,)}``, or ``{"logits" (B, S, V)}`` when the
 batch has no labels.
@@ -29,13 +32,16 @@ from torch import nn
 from libai.registry import MODELS
 from libai.utils.errors import DataError
 
+from ..generation import generate
 from ..layers import (
     KVCache,
     TiedLMHead,
     TransformerBlock,
     TransformerEmbeddings,
+    causal_padding_mask,
     init_transformer_weights,
     lm_token_stats,
+    padding_position_ids,
     parallel_loss,
     scale_residual_projections,
 )
@@ -85,9 +91,14 @@ class GPTConfig(ModelConfig):
 class GPTModel(nn.Module):
     """The GPT-2 decoder stack without the LM head.
 
-    Called with tensors: ``model(input_ids (B, S), kv_caches=None) -> hidden (B, S, H)``, after
-    the final LayerNorm. With ``kv_caches`` (one :class:`KVCache` per block, see
-    :meth:`new_kv_caches`) the positions continue after the cached ones.
+    Called with tensors: ``model(input_ids (B, S), kv_caches=None, attention_mask=None,
+    position_ids=None) -> hidden (B, S, H)``, after the final LayerNorm. With ``kv_caches`` (one
+    :class:`KVCache` per block, see :meth:`new_kv_caches`) the positions continue after the
+    cached ones. ``attention_mask`` marks padding (0) among all the keys, the cached ones too,
+    (B, L); the positions then count the real tokens only (a left-padded prompt gets the
+    positions it has alone; right padding changes none) unless ``position_ids`` (B, S) are given.
+    Without a mask, SDPA's ``is_causal`` path runs (flash kernels on GPU); with one, an explicit
+    boolean mask (:func:`~libai.model.layers.causal_padding_mask`).
 
     Args:
         config: The dimensions and options. Defaults to None: :class:`GPTConfig`'s defaults.
@@ -124,12 +135,27 @@ class GPTModel(nn.Module):
         return [KVCache(batch_size, heads, w.shape[1] // heads, self.max_position_embeddings,
                         w.device, w.dtype) for _ in self.blocks]
 
-    def forward(self, input_ids: torch.Tensor,
-                kv_caches: list[KVCache] | None = None) -> torch.Tensor:
-        start = kv_caches[0].length if kv_caches else 0
-        h = self.embeddings(input_ids, start_pos=start)  # (B, S, H)
+    def forward(self, input_ids: torch.Tensor, kv_caches: list[KVCache] | None = None,
+                attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        start, S = (kv_caches[0].length if kv_caches else 0), input_ids.shape[1]
+        mask = None
+        if attention_mask is not None:
+            if attention_mask.shape != (input_ids.shape[0], start + S):
+                raise DataError(f"attention_mask has shape {tuple(attention_mask.shape)}; "
+                                f"expected (batch, cached + new keys) = "
+                                f"{(input_ids.shape[0], start + S)}")
+            if start + S > self.max_position_embeddings:  # the unpadded path's check
+                raise DataError(f"sequence length {start + S} > max_position_embeddings "
+                                f"{self.max_position_embeddings}: shorten the data's "
+                                f"max_seq_length or raise model.max_position_embeddings")
+            if position_ids is None:
+                position_ids = padding_position_ids(attention_mask, S)  # (B, S)
+            mask = causal_padding_mask(attention_mask, S)  # (B, 1, S, start + S)
+        h = self.embeddings(input_ids, start_pos=start, position_ids=position_ids)  # (B, S, H)
         for i, block in enumerate(self.blocks):
-            h = block(h, is_causal=True, kv_cache=kv_caches[i] if kv_caches else None)
+            h = block(h, attn_mask=mask, is_causal=mask is None,
+                      kv_cache=kv_caches[i] if kv_caches else None)
         return self.final_norm(h)  # (B, S, H)
 
 
@@ -158,14 +184,21 @@ class GPTForCausalLM(nn.Module):
         """(Re)initialise every parameter with GPT-2's scheme."""
         self.transformer.init_weights()
 
-    def logits(self, input_ids: torch.Tensor,
-               kv_caches: list[KVCache] | None = None) -> torch.Tensor:
-        """Next-token logits (B, S, V) for every position of ``input_ids`` (B, S)."""
-        h = self.transformer(input_ids, kv_caches)  # (B, S, H)
+    def new_kv_caches(self, batch_size: int) -> list[KVCache]:
+        """Empty caches, one per block (see :meth:`GPTModel.new_kv_caches`)."""
+        return self.transformer.new_kv_caches(batch_size)
+
+    def logits(self, input_ids: torch.Tensor, kv_caches: list[KVCache] | None = None,
+               attention_mask: torch.Tensor | None = None,
+               position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Next-token logits (B, S, V) for every position of ``input_ids`` (B, S); the other
+        arguments are :class:`GPTModel`'s."""
+        h = self.transformer(input_ids, kv_caches, attention_mask, position_ids)  # (B, S, H)
         return self.lm_head(h, self.transformer.embeddings.word_embeddings.weight)  # (B, S, V)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        logits = self.logits(batch["input_ids"])  # (B, S, V)
+        logits = self.logits(batch["input_ids"],
+                             attention_mask=batch.get("attention_mask"))  # (B, S, V)
         labels = batch.get("labels")
         if self.training:
             if labels is None:
@@ -180,46 +213,20 @@ class GPTForCausalLM(nn.Module):
         out["num_items"] = {"loss": out["num_tokens"].sum()}
         return out
 
-    @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, do_sample: bool = False,
-                 eos_token_id: int | None = None,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
+                 eos_token_id: int | list[int] | None = None,
+                 generator: torch.Generator | None = None,
+                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Continue ``input_ids`` (B, S) by up to ``max_new_tokens`` tokens; returns (B, S + n).
 
-        Decodes with a KV cache. The context is cropped to the last ``max_position_embeddings``
-        tokens; once a sequence is that long, each step recomputes the cropped window (positions
-        are absolute, so the cache cannot slide). Call in eval mode for deterministic outputs.
-
-        Args:
-            input_ids: Prompt token ids, long.
-            max_new_tokens: Most tokens to add.
-            temperature: Divides the logits before sampling. Defaults to 1.0.
-            top_k: Sample among the k most likely tokens only. Defaults to None.
-            top_p: Sample among the smallest set of tokens whose probability reaches p
-                (nucleus sampling). Defaults to None.
-            do_sample: Sample; False picks the most likely token (greedy). Defaults to False.
-            eos_token_id: A sequence that produced it gets it again thereafter; generation
-                stops early once every sequence has. Defaults to None.
-            generator: Random source for sampling (reproducible runs). Defaults to None.
+        :func:`libai.model.generation.generate` on this model, where the arguments are
+        described; ``attention_mask`` (B, S) batches prompts of different lengths padded on
+        the left. Temperature 0 is greedy.
         """
-        ids, limit = input_ids, self.max_position_embeddings
-        caches: list[KVCache] | None = None
-        done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)  # (B,)
-        for _ in range(max_new_tokens):
-            if caches is None or caches[0].length >= limit:  # (re)fill from the cropped context
-                caches = self.transformer.new_kv_caches(ids.shape[0])
-                logits = self.logits(ids[:, -limit:], caches)[:, -1]  # (B, V)
-            else:
-                logits = self.logits(ids[:, -1:], caches)[:, -1]  # (B, V)
-            token = _next_token(logits.float(), temperature, top_k, top_p, do_sample, generator)
-            if eos_token_id is not None:
-                token = token.masked_fill(done, eos_token_id)
-                done = done | (token == eos_token_id)
-            ids = torch.cat([ids, token[:, None]], dim=1)  # (B, S + 1)
-            if eos_token_id is not None and bool(done.all()):
-                break
-        return ids
+        return generate(self, input_ids, max_new_tokens, attention_mask=attention_mask,
+                        temperature=temperature, top_k=top_k, top_p=top_p, do_sample=do_sample,
+                        eos_token_id=eos_token_id, generator=generator)
 
 
 @dataclass(frozen=True)
@@ -308,21 +315,3 @@ class GPTForSequenceClassification(nn.Module):
             out["loss"] = classification_loss(logits, labels, self.config.problem_type, name)
         return out
 
-
-def _next_token(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
-                do_sample: bool, generator: Any) -> torch.Tensor:
-    """Pick one token per row of ``logits`` (B, V): argmax, or a sample after the filters."""
-    if not do_sample:
-        return logits.argmax(-1)  # (B,)
-    logits = logits / max(temperature, 1e-5)
-    if top_k is not None:
-        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]  # (B, 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
-        probs = sorted_logits.softmax(-1)
-        # drop a token when the tokens ranked above it already reach top_p (the first stays)
-        drop = probs.cumsum(-1) - probs >= top_p
-        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
-    probs = logits.softmax(-1)
-    return torch.multinomial(probs, 1, generator=generator)[:, 0]  # (B,)

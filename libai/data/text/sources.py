@@ -45,6 +45,7 @@ from .preprocess import preprocess_corpus, preprocess_documents
 from .reading import check_inputs, read_documents
 from .shakespeare import shakespeare_documents, shakespeare_files
 from .tokenizer import TextTokenizer, _check_kind
+from .tokenizer_training import DEFAULT_SPECIAL_TOKENS, check_special_tokens
 
 try:
     import fcntl
@@ -133,8 +134,10 @@ def load_corpus(
             ``tools/preprocess_text.py`` (``<prefix>.bin`` / ``.idx``), opened in place; or
             text / JSON-lines files (one path or a list), built into the cache.
         tokenizer: For a build: ``dict(type="wordpiece" | "bpe", vocab_size=...,
-            lowercase=True, min_frequency=2)`` to train one on the corpus text, or a tokenizer
-            file (or :class:`TextTokenizer`). For a prefix: defaults to
+            lowercase=True, min_frequency=2, special_tokens=None)`` to train one on the corpus
+            text (``special_tokens``: see :meth:`TextTokenizer.train`), or a tokenizer: a
+            ``tokenizer.json``, a Hugging Face folder holding one, a ``vocab.txt`` (or a
+            :class:`TextTokenizer`). For a prefix: defaults to
             ``<prefix>.tokenizer.json``. Defaults to None.
         cache_dir: Cache root. Defaults to None: :func:`default_cache_dir`.
         append_eod: End each document with the tokenizer's end-of-document id. Defaults to
@@ -249,7 +252,11 @@ def _training_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
             )
     if "vocab_size" not in spec:
         raise ConfigError(f"tokenizer=dict(type={kind!r}) needs vocab_size=... to train one.")
-    return {"type": kind, **{k: spec.get(k, d) for k, d in options.items()}}
+    filled = {"type": kind, **{k: spec.get(k, d) for k, d in options.items()}}
+    specials = check_special_tokens(kind, filled.pop("special_tokens"))
+    if specials != DEFAULT_SPECIAL_TOKENS[kind]:  # the default keeps the cache keys it had
+        filled["special_tokens"] = list(specials)
+    return filled
 
 
 def _build(
@@ -261,6 +268,8 @@ def _build(
         options = {k: v for k, v in tok.items() if k != "type"}
         tok = TextTokenizer.train(src.texts, tok["type"], **options)
     trained = time.perf_counter() - start
+    if append_eod:
+        tok.require("eod", user=f"Corpus {src.name!r} with append_eod=True")
     stats = src.write(tmp / "corpus", tok, append_eod, workers)
     counts = {k: stats[k] for k in ("docs", "sentences", "tokens", "skipped_docs")}
     return {

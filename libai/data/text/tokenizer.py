@@ -1,26 +1,27 @@
 """Tokenizers for the text datasets, on the ``tokenizers`` library (nothing hand-written).
 
-Two kinds, as their references use them:
+Two kinds of model, as their references use them:
 
 - ``"wordpiece"`` (BERT): BERT's normalizer (unicode clean-up, Chinese characters split,
   optional lower-casing and accent stripping), BERT's pre-tokenizer (whitespace and punctuation),
   WordPiece with ``##`` continuations; special tokens ``[PAD] [UNK] [CLS] [SEP] [MASK]`` get
   ids 0-4.
-- ``"bpe"`` (GPT-2): byte-level BPE (every string encodes, nothing is unknown), special token
-  ``<|endoftext|>`` (id 0) separates documents.
+- ``"bpe"``: byte-level BPE as GPT-2 trains it (every string encodes, nothing is unknown),
+  special token ``<|endoftext|>`` (id 0) separates documents; or other special tokens (e.g.
+  RoBERTa's ``<s> <pad> </s> <unk> <mask>``). Any BPE ``tokenizer.json`` loads (Llama's too).
 
-A tokenizer is trained offline from text in seconds (:meth:`TextTokenizer.train`), or loaded
-from a ``tokenizer.json``, a BERT ``vocab.txt`` or a GPT-2 ``vocab.json`` + ``merges.txt``
-(:meth:`TextTokenizer.load`). Training asks for an exact vocabulary size: when the corpus
-yields fewer tokens, unused special tokens fill the rest (as BERT's own ``vocab.txt`` carries
-``[unused*]`` entries), so the size in a config is the size the model gets.
+A tokenizer is trained offline from text in seconds (:meth:`TextTokenizer.train`, see
+``tokenizer_training.py``), or loaded from a ``tokenizer.json`` (with the
+``tokenizer_config.json`` beside it: a Hugging Face folder), a BERT ``vocab.txt`` or a GPT-2
+``vocab.json`` + ``merges.txt`` (:meth:`TextTokenizer.load`). Which token pads, separates or
+ends a document is found as ``special_tokens.py`` says.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,12 @@ import numpy as np
 from libai.utils.errors import ConfigError, DataError
 from libai.utils.suggest import did_you_mean
 
+from .special_tokens import ROLES, missing_roles_line, read_declared_roles, resolve_roles
+from .tokenizer_training import check_special_tokens, train_backend
+
 __all__ = ["TextTokenizer", "build_tokenizer", "TOKENIZER_KINDS"]
 
 TOKENIZER_KINDS = ("wordpiece", "bpe")
-_WORDPIECE_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-_BPE_EOD = "<|endoftext|>"
 _INSTALL = "pip install tokenizers (or pip install 'libai[optional]')"
 
 
@@ -53,13 +55,23 @@ class TextTokenizer:
         kind: "wordpiece" or "bpe". Defaults to None: read from the backend's model.
         source: Where it was loaded from, for messages. Defaults to None.
 
+        special_tokens: Role -> token text (roles: "pad", "unk", "cls", "sep", "mask",
+            "bos", "eos"), over the conventions of the token families; what
+            :meth:`load` reads from ``tokenizer_config.json``. Defaults to None.
+
     Attributes:
         vocab_size: Number of ids, added (special) tokens included.
-        pad_id, unk_id, cls_id, sep_id, mask_id: WordPiece special ids (None for BPE).
-        eod_id: The id that ends a document: ``<|endoftext|>`` (BPE) or ``[SEP]`` (WordPiece).
+        special_tokens: Role -> token text of the roles the tokenizer has (see
+            ``special_tokens.py`` for how they are found).
+        pad_id, unk_id, cls_id, sep_id, mask_id, bos_id, eos_id: The roles' ids, None for a
+            role the tokenizer lacks (BERT: no bos/eos; GPT-2: only bos = eos =
+            ``<|endoftext|>``).
+        eod_id: The id that ends a document: the end of sequence (``<|endoftext|>``, ``</s>``,
+            ``<|end_of_text|>``), else ``[SEP]`` (BERT); None when there is neither.
     """
 
-    def __init__(self, backend: Any, kind: str | None = None, source: str | None = None) -> None:
+    def __init__(self, backend: Any, kind: str | None = None, source: str | None = None,
+                 special_tokens: Mapping[str, str] | None = None) -> None:
         self.backend = backend
         if kind is None:
             model_type = json.loads(backend.to_str())["model"]["type"]
@@ -67,30 +79,39 @@ class TextTokenizer:
             if kind is None:
                 raise DataError(
                     f"Tokenizer {source or ''}: a {model_type} model; the text datasets take "
-                    f"WordPiece (BERT) or BPE (GPT-2) tokenizers."
+                    f"WordPiece (BERT) or BPE (GPT-2, RoBERTa, Llama) tokenizers."
                 )
         self.kind = kind
         self.source = source
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
-        tid = backend.token_to_id
-        if kind == "wordpiece":
-            self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
-                tid(t) for t in _WORDPIECE_SPECIALS
-            )
-            missing = [t for t in _WORDPIECE_SPECIALS if tid(t) is None]
-            if missing:
-                raise DataError(
-                    f"Tokenizer {source or ''} has no {', '.join(missing)}: a BERT vocabulary "
-                    f"needs {' '.join(_WORDPIECE_SPECIALS)}."
-                )
-            self.eod_id = self.sep_id
-        else:
-            self.pad_id = self.unk_id = self.cls_id = self.sep_id = self.mask_id = None
-            self.eod_id = tid(_BPE_EOD)
-            if self.eod_id is None:
-                raise DataError(f"Tokenizer {source or ''} has no {_BPE_EOD} token (GPT-2 BPE).")
+        vocab = backend.get_vocab(with_added_tokens=True)
+        added = backend.get_added_tokens_decoder().values()
+        specials = {t.content for t in added if t.special}
+        #: role ("pad", "unk", "cls", "sep", "mask", "bos", "eos") -> token text
+        self.special_tokens = resolve_roles(vocab, specials, special_tokens, source)
+        ids = {role: vocab[token] for role, token in self.special_tokens.items()}
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id, self.bos_id, \
+            self.eos_id = (ids.get(role) for role in ROLES)
+        # a document ends with the end of sequence; BERT, which has none, ends it with [SEP]
+        self.eod_id = self.eos_id if self.eos_id is not None else self.sep_id
         self._special_ids: np.ndarray | None = None
         self._word_starts: np.ndarray | None = None
+
+    def require(self, *roles: str, user: str) -> None:
+        """Check that the tokenizer has every special token of ``roles`` (names of
+        :data:`~libai.data.text.special_tokens.ROLES`, or ``"eod"``).
+
+        Args:
+            *roles: The roles ``user`` reads, e.g. ``"cls", "sep", "mask", "pad"``.
+            user: Who needs them, for the message (a dataset's class name).
+
+        Raises:
+            DataError: One line naming the missing token(s) and how to name them.
+        """
+        have = {role: getattr(self, f"{role}_id") for role in (*ROLES, "eod")}
+        line = missing_roles_line(have, roles, user, self.source)
+        if line is not None:
+            raise DataError(line)
 
     # ------------------------------------------------------------------- encoding
     def encode(self, text: str) -> list[int]:
@@ -168,7 +189,10 @@ class TextTokenizer:
     @classmethod
     def load(cls, path: str | os.PathLike, lowercase: bool = True) -> TextTokenizer:
         """Load a ``tokenizer.json``, a BERT ``vocab.txt``, or a folder holding one of them
-        (or GPT-2's ``vocab.json`` + ``merges.txt``).
+        (or GPT-2's ``vocab.json`` + ``merges.txt``): a Hugging Face model folder.
+
+        The special tokens that ``tokenizer_config.json`` / ``special_tokens_map.json`` beside
+        the file name (``bos_token``, ``eos_token``, ``pad_token``...) take their roles.
 
         Args:
             path: The file or folder.
@@ -176,19 +200,16 @@ class TextTokenizer:
                 Defaults to True.
 
         Raises:
-            DataError: nothing readable there (the message lists what was looked for).
+            DataError: nothing readable there (the message lists what was looked for), or a
+                tokenizer_config.json naming a token the vocabulary lacks.
         """
-        tk = _tokenizers()
         p = Path(path)
         if p.is_dir():
             for name in ("tokenizer.json", "vocab.txt"):
                 if (p / name).is_file():
                     return cls.load(p / name, lowercase=lowercase)
             if (p / "vocab.json").is_file() and (p / "merges.txt").is_file():
-                from tokenizers.implementations import ByteLevelBPETokenizer
-
-                bpe = ByteLevelBPETokenizer(str(p / "vocab.json"), str(p / "merges.txt"))
-                return cls(bpe._tokenizer, "bpe", source=str(p))
+                return cls._read(p, p, "bpe", lowercase)
             raise DataError(
                 f"Tokenizer folder {p} holds no tokenizer.json, vocab.txt or vocab.json + "
                 f"merges.txt."
@@ -199,17 +220,29 @@ class TextTokenizer:
                 f"folder holding one; or train one with tokenizer=dict(type='wordpiece', "
                 f"vocab_size=...)."
             )
+        return cls._read(p, p.parent, "wordpiece" if p.suffix == ".txt" else None, lowercase)
+
+    @classmethod
+    def _read(cls, p: Path, folder: Path, kind: str | None, lowercase: bool) -> TextTokenizer:
+        # the Hugging Face files describe the folder's tokenizer.json / vocab files, not
+        # another file someone put there (corpus.tokenizer.json)
+        hf_names = ("tokenizer.json", "vocab.txt")
+        declared = read_declared_roles(folder) if p.is_dir() or p.name in hf_names else None
         try:
-            if p.suffix == ".txt":
+            if p.is_dir():  # GPT-2 / RoBERTa vocab.json + merges.txt
+                from tokenizers.implementations import ByteLevelBPETokenizer
+
+                backend = ByteLevelBPETokenizer(str(p / "vocab.json"), str(p / "merges.txt"))
+            elif kind == "wordpiece":
                 from tokenizers.implementations import BertWordPieceTokenizer
 
-                wp = BertWordPieceTokenizer(str(p), lowercase=lowercase)
-                return cls(wp._tokenizer, "wordpiece", source=str(p))
-            return cls(tk.Tokenizer.from_file(str(p)), source=str(p))
+                backend = BertWordPieceTokenizer(str(p), lowercase=lowercase)
+            else:
+                backend = _tokenizers().Tokenizer.from_file(str(p))
         except Exception as e:  # the Rust library raises plain Exception for a bad file
-            if isinstance(e, DataError):
-                raise
             raise DataError(f"Cannot read tokenizer {p}: {e}") from e
+        backend = getattr(backend, "_tokenizer", backend)  # the implementations wrap one
+        return cls(backend, kind, source=str(p), special_tokens=declared)
 
     # ------------------------------------------------------------------- training
     @classmethod
@@ -221,6 +254,7 @@ class TextTokenizer:
         lowercase: bool = True,
         min_frequency: int = 2,
         length: int | None = None,
+        special_tokens: Sequence[str] | None = None,
     ) -> TextTokenizer:
         """Train a tokenizer on ``texts`` (an iterable of strings; read once, streaming).
 
@@ -231,16 +265,22 @@ class TextTokenizer:
             texts: The training text, e.g. one line per item: an iterable, or a callable that
                 returns a fresh one. WordPiece reads it twice: a one-shot iterator is kept in
                 memory for that, a callable or a list is not copied.
-            kind: "wordpiece" (BERT) or "bpe" (GPT-2 byte-level BPE).
+            kind: "wordpiece" (BERT) or "bpe" (byte-level BPE: GPT-2, RoBERTa).
             vocab_size: The exact vocabulary size wanted, special tokens included. When the
-                text yields fewer tokens, unused special tokens fill the rest.
+                text yields fewer tokens, unused special tokens fill the rest; when it yields
+                under half of them, a warning says so and how many it yields.
             lowercase: Lower-case (and strip accents) before WordPiece. Ignored for BPE, which
                 keeps every byte. Defaults to True.
             min_frequency: Merges must occur this often. Defaults to 2.
             length: Number of items in ``texts``, for the progress estimate. Defaults to None.
+            special_tokens: The special tokens, at ids 0, 1, ... in this order, e.g.
+                RoBERTa's ``["<s>", "<pad>", "</s>", "<unk>", "<mask>"]``; their roles follow
+                the conventions of ``special_tokens.py``. Defaults to None: BERT's five for
+                WordPiece, GPT-2's ``<|endoftext|>`` for BPE.
 
         Raises:
-            ConfigError: an unknown kind or a vocabulary size below what the text needs.
+            ConfigError: an unknown kind, bad special tokens, or a vocabulary size below what
+                the text needs.
         """
         tk = _tokenizers()
         kind = _check_kind(kind)
@@ -253,77 +293,13 @@ class TextTokenizer:
             read = lambda: kept  # noqa: E731
         else:
             read = lambda: texts  # noqa: E731
-        if kind == "wordpiece":
-            backend = _train_wordpiece(tk, read, vocab_size, lowercase, min_frequency, length)
-        else:
-            backend = tk.Tokenizer(tk.models.BPE())
-            backend.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
-            backend.decoder = tk.decoders.ByteLevel()
-            trainer = tk.trainers.BpeTrainer(
-                vocab_size=vocab_size,
-                min_frequency=min_frequency,
-                special_tokens=[_BPE_EOD],
-                initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
-                show_progress=False,
-            )
-            backend.train_from_iterator(read(), trainer, length=length)
-        got = backend.get_vocab_size(with_added_tokens=True)
-        if got > vocab_size:
-            raise ConfigError(
-                f"tokenizer vocab_size={vocab_size} is too small: the text's alphabet and special "
-                f"tokens alone need {got} ids. Ask for vocab_size >= {got}."
-            )
-        if got < vocab_size:  # fill with unused specials, as BERT's vocab.txt does
-            fmt = "[unused{}]" if kind == "wordpiece" else "<|unused_{}|>"
-            backend.add_special_tokens([fmt.format(i) for i in range(vocab_size - got)])
+        specials = check_special_tokens(kind, special_tokens)
+        backend = train_backend(tk, read, kind, vocab_size, lowercase, min_frequency, length,
+                                specials)
         return cls(backend, kind, source=f"trained {kind} ({vocab_size} tokens)")
 
     def __repr__(self) -> str:
         return f"TextTokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, source={self.source!r})"
-
-
-def _wordpiece_backend(tk: Any, vocab: dict[str, int] | None, lowercase: bool) -> Any:
-    model = tk.models.WordPiece(vocab=vocab, unk_token="[UNK]") if vocab else tk.models.WordPiece(
-        unk_token="[UNK]")
-    backend = tk.Tokenizer(model)
-    backend.normalizer = tk.normalizers.BertNormalizer(lowercase=lowercase)
-    backend.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
-    backend.decoder = tk.decoders.WordPiece()
-    return backend
-
-
-def _train_wordpiece(
-    tk: Any, read: Callable[[], Iterable[str]], vocab_size: int, lowercase: bool,
-    min_frequency: int, length: int | None,
-) -> Any:
-    """WordPiece training that gives the same vocabulary every time.
-
-    ``tokenizers`` numbers the ``##x`` continuation pieces in hash-map order while it counts
-    words, and breaks ties between equally frequent merges by those numbers, so the same text
-    can give different vocabularies (huggingface/tokenizers#1794). A first pass collects the
-    characters of the normalised text; handing every ``##x`` to the trainer up front, in sorted
-    order, fixes their numbers. The trained vocabulary is then renumbered (specials, then the
-    rest sorted) into a fresh tokenizer whose only special tokens are BERT's five: WordPiece
-    only asks whether a piece is in the vocabulary, so numbering changes ids, not splits.
-    """
-    probe = _wordpiece_backend(tk, None, lowercase)
-    chars: set[str] = set()
-    for text in read():
-        chars.update(probe.normalizer.normalize_str(text))
-    pieces = ["##" + c for c in sorted(chars) if not c.isspace()]
-    trainer = tk.trainers.WordPieceTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=[*_WORDPIECE_SPECIALS, *pieces],
-        show_progress=False,
-    )
-    probe.train_from_iterator(read(), trainer, length=length)
-    vocab = probe.get_vocab(with_added_tokens=True)
-    rest = sorted(t for t in vocab if t not in _WORDPIECE_SPECIALS)
-    ordered = {t: i for i, t in enumerate([*_WORDPIECE_SPECIALS, *rest])}
-    backend = _wordpiece_backend(tk, ordered, lowercase)
-    backend.add_special_tokens(list(_WORDPIECE_SPECIALS))
-    return backend
 
 
 def _check_kind(kind: Any) -> str:
@@ -341,7 +317,7 @@ def build_tokenizer(spec: Any, texts: Any = None) -> TextTokenizer:
     Args:
         spec: A :class:`TextTokenizer`; a path (``tokenizer.json``, ``vocab.txt`` or a folder);
             or ``dict(type="wordpiece" | "bpe", vocab_size=..., lowercase=True,
-            min_frequency=2)`` to train one on ``texts``.
+            min_frequency=2, special_tokens=None)`` to train one on ``texts``.
         texts: A zero-argument callable returning an iterable of training strings, used only
             when ``spec`` asks for training. Defaults to None.
 
@@ -356,7 +332,7 @@ def build_tokenizer(spec: Any, texts: Any = None) -> TextTokenizer:
     if isinstance(spec, Mapping):
         opts = dict(spec)
         kind = _check_kind(opts.pop("type", None))
-        allowed = ("vocab_size", "lowercase", "min_frequency")
+        allowed = ("vocab_size", "lowercase", "min_frequency", "special_tokens")
         for key in opts:
             if key not in allowed:
                 raise ConfigError(

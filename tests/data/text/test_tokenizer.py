@@ -154,3 +154,73 @@ def test_bad_specs_are_config_errors(spec, match):
 def test_training_spec_without_text_is_a_config_error():
     with pytest.raises(ConfigError, match="needs the corpus text"):
         build_tokenizer(dict(type="bpe", vocab_size=100))
+
+
+ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+
+
+def test_bpe_with_roberta_special_tokens_puts_them_first_with_their_roles():
+    tok = TextTokenizer.train(LINES, "bpe", 1200, special_tokens=ROBERTA_SPECIALS)
+    assert [tok.id_to_token(i) for i in range(5)] == ROBERTA_SPECIALS
+    assert tok.token_to_id("<|endoftext|>") is None
+    roles = (tok.bos_id, tok.pad_id, tok.eos_id, tok.unk_id, tok.mask_id, tok.cls_id, tok.sep_id)
+    assert roles == (0, 1, 2, 3, 4, 0, 2)
+    assert tok.eod_id == 2 and tok.special_ids[:5].tolist() == [0, 1, 2, 3, 4]
+    assert tok.decode(tok.encode("To be, or not")) == "To be, or not"  # still byte-level
+    spec = build_tokenizer(dict(type="bpe", vocab_size=1200, special_tokens=ROBERTA_SPECIALS),
+                           texts=lambda: LINES)
+    assert spec.backend.to_str() == tok.backend.to_str()
+
+
+def test_default_special_tokens_are_gpt2s_and_berts(wordpiece, bpe):
+    assert bpe.special_tokens == {"bos": "<|endoftext|>", "eos": "<|endoftext|>"}
+    assert (bpe.bos_id, bpe.eos_id, bpe.eod_id) == (0, 0, 0)
+    assert wordpiece.bos_id is None and wordpiece.eos_id is None
+    same = TextTokenizer.train(LINES, "bpe", 1000, special_tokens=["<|endoftext|>"])
+    assert same.backend.to_str() == bpe.backend.to_str()
+
+
+@pytest.mark.parametrize("specials, match", [
+    ("<s>", "list of token strings"), ([], "list of token strings"), (["<s>", ""], "list of"),
+    (["<s>", "<s>"], "twice"),
+])
+def test_bad_special_tokens_are_config_errors(specials, match):
+    with pytest.raises(ConfigError, match=match):
+        TextTokenizer.train(LINES, "bpe", 1000, special_tokens=specials)
+
+
+def test_wordpiece_special_tokens_need_an_unknown_token():
+    with pytest.raises(ConfigError, match=r"needs an unknown token: add '\[UNK\]'"):
+        TextTokenizer.train(LINES, "wordpiece", 1000, special_tokens=["[CLS]", "[SEP]"])
+
+
+def test_a_tokenizer_without_a_role_says_which_token_is_missing():
+    tok = TextTokenizer.train(LINES, "bpe", 1000, special_tokens=["<pad>"])
+    assert tok.eod_id is None and tok.pad_id is None  # <pad> alone makes no known family
+    with pytest.raises(DataError, match=r"^GPTDataset needs the tokenizer's end-of-document "
+                                        r"token .*has none: name it in tokenizer_config.json"):
+        tok.require("eod", user="GPTDataset")
+    bert = TextTokenizer.train(LINES, "bpe", 1000)
+    with pytest.raises(DataError, match=r"cls token \(cls_token\), sep token \(sep_token\), mask"):
+        bert.require("cls", "sep", "mask", "pad", user="BertPretrainingDataset")
+
+
+TINY = ("the cat sat on the mat and the dog ran to the cat while a bird sang in the old tree "
+        "by the quiet river near home").split()
+
+
+def test_a_vocabulary_far_larger_than_the_corpus_warns_once(libai_log):
+    assert len(TINY) == 27
+    tok = TextTokenizer.train([" ".join(TINY)], "wordpiece", 30522)
+    assert tok.vocab_size == 30522
+    warned = [m for m in libai_log if "rows unused" in m]
+    assert len(warned) == 1, libai_log
+    n = 30522 - sum(1 for t in tok.backend.get_vocab() if t.startswith("[unused"))
+    assert f"the corpus yields {n:,} tokens, so vocab_size=30,522 leaves {30522 - n:,} rows" \
+        in warned[0] and f"set vocab_size near {n:,}" in warned[0]
+
+
+def test_a_vocabulary_the_corpus_nearly_fills_does_not_warn(libai_log):
+    TextTokenizer.train(LINES, "bpe", 1000)  # learns all 1000
+    TextTokenizer.train(LINES, "bpe", 1500)  # learns 1,146: over half, filled quietly
+    assert not [m for m in libai_log if "rows unused" in m]

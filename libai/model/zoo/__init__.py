@@ -20,6 +20,7 @@ from .gpt import (
     GPTModel,
 )
 from .mlp import DigitsMLP, MLPClassifier
+from .roberta import RobertaConfig, RobertaForMaskedLM, RobertaModel
 
 __all__ = [
     "BertClassifierConfig",
@@ -38,4 +39,7 @@ __all__ = [
     "MLPClassifier",
     "ModelConfig",
     "PROBLEM_TYPES",
+    "RobertaConfig",
+    "RobertaForMaskedLM",
+    "RobertaModel",
 ]

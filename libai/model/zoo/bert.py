@@ -129,11 +129,12 @@ class BertModel(nn.Module):
 
     hf_model_type = "bert"
     parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
+    config_class: type[BertConfig] = BertConfig  # a variant's own (RoBERTa: roberta.py)
     __signature__ = config_signature(BertConfig, add_pooler=True)
 
     def __init__(self, config: BertConfig | None = None, *, add_pooler: bool = True,
                  **kwargs: Any) -> None:
-        c = BertConfig.resolve(config, kwargs, type(self).__name__)
+        c = self.config_class.resolve(config, kwargs, type(self).__name__)
         super().__init__()
         self.config = c  # the model contract's `config` (export, checks)
         self.vocab_size, self.max_position_embeddings = c.vocab_size, c.max_position_embeddings
@@ -152,11 +153,17 @@ class BertModel(nn.Module):
         """(Re)initialise every parameter as Hugging Face BERT does (see ``layers/init.py``)."""
         init_transformer_weights(self, self.config.init_std)
 
+    def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor | None:
+        """The positions (B, S) of ``input_ids`` (B, S); None: 0 ... S - 1 (BERT's). A variant
+        overrides it (RoBERTa counts from its padding index)."""
+        return None
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         mask = key_padding_mask(attention_mask)  # (B, 1, 1, S) bool, or None
-        h = self.embeddings(input_ids, token_type_ids)  # (B, S, H)
+        h = self.embeddings(input_ids, token_type_ids,
+                            position_ids=self.position_ids(input_ids))  # (B, S, H)
         for block in self.blocks:
             h = block(h, mask)
         if self.final_norm is not None:
@@ -189,16 +196,24 @@ class BertForPreTraining(nn.Module):
 
     hf_model_type = "bert"
     parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
+    # a variant's own (RoBERTa: roberta.py): its config (one without `second_head` has none),
+    # its encoder, and the MLM head's activation (None: the config's, as BERT)
+    config_class: type[BertConfig] = BertPreTrainingConfig
+    encoder_class: type[BertModel] = BertModel
+    mlm_activation: str | None = None
     __signature__ = config_signature(BertPreTrainingConfig)
 
     def __init__(self, config: BertPreTrainingConfig | None = None, **kwargs: Any) -> None:
-        c = BertPreTrainingConfig.resolve(config, kwargs, type(self).__name__)
+        c = self.config_class.resolve(config, kwargs, type(self).__name__)
         super().__init__()
-        self.config, self.second_head = c, c.second_head
-        self.bert = BertModel(c.narrow(BertConfig), add_pooler=c.second_head is not None)
-        self.vocab_size, self.max_position_embeddings = c.vocab_size, c.max_position_embeddings
-        self.mlm_head = MaskedLMHead(c.hidden_size, c.vocab_size, c.activation, c.layer_norm_eps)
-        self.sentence_head = nn.Linear(c.hidden_size, 2) if c.second_head else None
+        self.config, self.second_head = c, getattr(c, "second_head", None)
+        self.bert = self.encoder_class(c.narrow(self.encoder_class.config_class),
+                                       add_pooler=self.second_head is not None)
+        self.vocab_size = c.vocab_size
+        self.max_position_embeddings = self.bert.max_position_embeddings  # the longest sequence
+        self.mlm_head = MaskedLMHead(c.hidden_size, c.vocab_size,
+                                     self.mlm_activation or c.activation, c.layer_norm_eps)
+        self.sentence_head = nn.Linear(c.hidden_size, 2) if self.second_head else None
         self._init_heads()
 
     def init_weights(self) -> None:
@@ -229,8 +244,9 @@ class BertForPreTraining(nn.Module):
             mlm = self.mlm_head(h, self.bert.embeddings.word_embeddings.weight)  # (B, S, V)
             return {"mlm_logits": mlm} | ({"nsp_logits": second} if second is not None else {})
         if labels is None:
-            raise DataError("BertForPreTraining needs 'mlm_labels' in a training batch: (B, P) "
-                            "with 'mlm_positions' (B, P), or (B, S) with -100 at unmasked tokens")
+            raise DataError(f"{type(self).__name__} needs 'mlm_labels' in a training batch: "
+                            f"(B, P) with 'mlm_positions' (B, P), or (B, S) with -100 at "
+                            f"unmasked tokens")
         if positions is not None:  # only the P predicted positions reach the vocabulary
             h = h.gather(1, positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, P, H)
         mlm = self.mlm_head(h, self.bert.embeddings.word_embeddings.weight)  # (B, P or S, V)

@@ -1,0 +1,130 @@
+"""Hugging Face <-> libai names and configs for RoBERTa (``model_type`` "roberta").
+
+Classes both ways: RobertaModel (RobertaModel, its pooler when the folder has one) and
+RobertaForMaskedLM (RobertaForMaskedLM). The encoder's tensors are BERT's under ``roberta.``
+(``hf_mapping._bert_pairs`` names them); the LM head is ``lm_head.dense`` -> ``lm_head.layer_norm``
+-> the tied ``lm_head.decoder`` with ``lm_head.bias``. A separate decoder weight must equal the
+word embeddings and a decoder bias ``lm_head.bias`` (they are then dropped); exports hold them
+once, with ``tie_word_embeddings: true``. ``hf_mapping.hf_to_libai`` and ``libai_to_hf`` call
+:func:`roberta_from_hf` and :func:`roberta_to_hf`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from torch import nn
+
+from libai.utils.errors import CheckpointError
+
+from .hf_mapping import _ACT_TO_HF, _BERT_HEADS, _act, _bert_pairs, _check_tied, _refuse
+from .roberta import RobertaModel
+
+__all__ = ["roberta_from_hf", "roberta_to_hf"]
+
+State = dict
+_ARCHS = ("RobertaModel", "RobertaForMaskedLM")
+# (Hugging Face module, ours) of the masked-LM head; lm_head.bias is a parameter of its own
+_LM_HEAD = [("lm_head.dense", "mlm_head.dense"), ("lm_head.layer_norm", "mlm_head.norm")]
+
+
+def _encoder_pairs(num_layers: int, hf: str, ours: str) -> list[tuple[str, str]]:
+    """(Hugging Face key, libai key) of the encoder (BERT's names, without BERT's heads)."""
+    heads = {f"{h}.{p}" for h, _ in _BERT_HEADS for p in ("weight", "bias")}
+    return [(h, o) for h, o in _bert_pairs(num_layers, hf, ours) if h not in heads]
+
+
+def _head_pairs() -> list[tuple[str, str]]:
+    return [(f"{h}.{p}", f"{o}.{p}") for h, o in _LM_HEAD for p in ("weight", "bias")]
+
+
+def roberta_from_hf(c: dict[str, Any], state: State, target: str | None) -> tuple[dict, State]:
+    """``model`` config dict (``type`` + kwargs) and libai state of a Hugging Face RoBERTa.
+
+    Args:
+        c: The parsed ``config.json``.
+        state: The weights, Hugging Face names (popped as they are mapped).
+        target: The libai class the keys are for, or None: the folder's ``architectures``
+            (or, without it, the weights: an ``lm_head`` makes a RobertaForMaskedLM).
+
+    Raises:
+        CheckpointError: A head libai does not have (sequence classification, causal LM...),
+            a decoder, no ``pad_token_id``, or an untied LM head.
+    """
+    _refuse(c, is_decoder=True, add_cross_attention=True)
+    if c.get("position_embedding_type", "absolute") != "absolute":
+        raise CheckpointError(f"config.json has position_embedding_type="
+                              f"{c['position_embedding_type']!r}; libai's RoBERTa has 'absolute' "
+                              f"only")
+    arch = (c.get("architectures") or [""])[0]
+    if arch and arch not in _ARCHS and target is None:
+        raise CheckpointError(
+            f"config.json's architectures is {arch!r}: libai converts RoBERTa as "
+            f"{' and '.join(_ARCHS)} only; load the encoder into model.type='RobertaModel' "
+            f"(load_from=dict(path=..., strict=False)) to start a head of your own")
+    if c.get("pad_token_id", 1) is None:
+        raise CheckpointError("config.json has pad_token_id=null, but RoBERTa's positions "
+                              "count from its padding index: set it (roberta-base: 1)")
+    kwargs: dict[str, Any] = dict(  # absent keys take Hugging Face's RobertaConfig defaults
+        vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
+        num_layers=c["num_hidden_layers"], num_heads=c["num_attention_heads"],
+        ffn_hidden_size=c["intermediate_size"],
+        max_position_embeddings=c.get("max_position_embeddings", 512),
+        type_vocab_size=c.get("type_vocab_size", 2),
+        hidden_dropout=c.get("hidden_dropout_prob", 0.1),
+        attention_dropout=c.get("attention_probs_dropout_prob", 0.1),
+        activation=_act(c, "hidden_act", "gelu"), layer_norm_eps=c.get("layer_norm_eps", 1e-12),
+        init_std=c.get("initializer_range", 0.02), pad_token_id=c.get("pad_token_id", 1))
+    masked_lm = arch == "RobertaForMaskedLM" or (not arch and any(k.startswith("lm_head.")
+                                                                   for k in state))
+    cfg_type = "RobertaForMaskedLM" if masked_lm else "RobertaModel"
+    if cfg_type == "RobertaModel" and target is None:  # a folder without the pooler has none
+        kwargs["add_pooler"] = any(".pooler." in f".{k}" for k in state)
+    ours = "" if (target or cfg_type) == "RobertaModel" else "bert."
+    hf = "roberta." if any(k.startswith("roberta.") for k in state) else ""
+    out: State = OrderedDict()
+    for h, o in _encoder_pairs(kwargs["num_layers"], hf, ours) + _head_pairs():
+        if h in state:
+            out[o] = state.pop(h)
+    decoder_w = state.pop("lm_head.decoder.weight", None)
+    decoder_b = state.pop("lm_head.decoder.bias", None)
+    bias = state.pop("lm_head.bias", decoder_b)
+    if bias is not None:
+        out["mlm_head.bias"] = bias
+    _check_tied(decoder_w, out.get(f"{ours}embeddings.word_embeddings.weight"),
+                "lm_head.decoder.weight")
+    _check_tied(decoder_b, bias, "lm_head.decoder.bias", "lm_head.bias")
+    out.update(state)  # whatever is left keeps its name: a strict load reports it
+    return {"type": cfg_type, **kwargs}, out
+
+
+def roberta_to_hf(model: nn.Module, a: Any, state: State) -> tuple[dict, State]:
+    """The ``config.json`` dict and Hugging Face state of a libai RobertaModel or
+    RobertaForMaskedLM; every key mapped is popped from ``state``.
+
+    Raises:
+        CheckpointError: A ``pre_norm=True`` model (Hugging Face's RoBERTa is post-LN).
+    """
+    if a.get("pre_norm"):
+        raise CheckpointError("a pre_norm=True RoBERTa has no Hugging Face equivalent (its "
+                              "RoBERTa is post-LN): export works for pre_norm=False models")
+    if isinstance(model, RobertaModel):
+        arch, ours, hf = "RobertaModel", "", ""
+    else:
+        arch, ours, hf = "RobertaForMaskedLM", "bert.", "roberta."
+    pairs = _encoder_pairs(a["num_layers"], hf, ours) + _head_pairs()
+    out = {h: state.pop(o) for h, o in pairs if o in state}
+    if "mlm_head.bias" in state:
+        out["lm_head.bias"] = state.pop("mlm_head.bias")
+    config = dict(
+        architectures=[arch], model_type="roberta", vocab_size=a["vocab_size"],
+        hidden_size=a["hidden_size"], num_hidden_layers=a["num_layers"],
+        num_attention_heads=a["num_heads"], intermediate_size=a["ffn_hidden_size"],
+        hidden_act=_ACT_TO_HF[a["activation"]], hidden_dropout_prob=a["hidden_dropout"],
+        attention_probs_dropout_prob=a["attention_dropout"],
+        max_position_embeddings=a["max_position_embeddings"],
+        type_vocab_size=a["type_vocab_size"], initializer_range=a["init_std"],
+        layer_norm_eps=a["layer_norm_eps"], pad_token_id=a["pad_token_id"],
+        position_embedding_type="absolute")
+    return config, out

@@ -235,7 +235,10 @@ def _resolve_tokenizer(tokenizer: Any, name: str) -> tuple[Any, str, int, Any]:
             f"file or a TextTokenizer, got {type(tokenizer).__name__}."
         )
     content = hashlib.blake2b(tokenizer.backend.to_str().encode(), digest_size=16).hexdigest()
-    return tokenizer, tokenizer.kind, tokenizer.vocab_size, {"content": content}
+    identity: dict[str, Any] = {"content": content}
+    if tokenizer.declared_special_tokens:  # e.g. another eos_token: another end of document
+        identity["special_tokens"] = tokenizer.declared_special_tokens
+    return tokenizer, tokenizer.kind, tokenizer.vocab_size, identity
 
 
 def _training_spec(spec: Mapping[str, Any]) -> dict[str, Any]:

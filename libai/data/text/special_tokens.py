@@ -26,8 +26,8 @@ from typing import Any
 
 from libai.utils.errors import DataError
 
-__all__ = ["ROLES", "FAMILIES", "convention_roles", "read_declared_roles", "resolve_roles",
-           "missing_roles_line"]
+__all__ = ["ROLES", "FAMILIES", "HF_KEYS", "beside", "convention_roles", "declared_role_files",
+           "missing_roles_line", "read_declared_roles", "resolve_roles"]
 
 ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
 
@@ -47,7 +47,7 @@ FAMILIES: tuple[tuple[str, tuple[str, ...], dict[str, tuple[str, ...]]], ...] = 
 _CONFIG_FILES = ("special_tokens_map.json", "tokenizer_config.json")  # later files win
 
 # What each role is called in messages and in Hugging Face's files
-_HF_KEY = {role: f"{role}_token" for role in ROLES}
+HF_KEYS = {role: f"{role}_token" for role in ROLES}
 
 
 def convention_roles(vocab: Mapping[str, int] | set[str],
@@ -71,16 +71,33 @@ def convention_roles(vocab: Mapping[str, int] | set[str],
     return None, {}
 
 
-def read_declared_roles(folder: str | Path) -> dict[str, str]:
-    """Role -> token text as the Hugging Face files in ``folder`` declare them (empty when
-    there are none).
+def declared_role_files(path: Path) -> list[Path]:
+    """The files that may name the roles of the tokenizer file ``path``: a Hugging Face
+    folder's ``special_tokens_map.json`` and ``tokenizer_config.json`` beside a
+    ``tokenizer.json`` / ``vocab.txt``; ``X.special_tokens_map.json`` beside any other
+    ``X.tokenizer.json`` (what :meth:`TextTokenizer.save` writes), later files winning."""
+    if path.is_dir() or path.name in ("tokenizer.json", "vocab.txt"):
+        folder = path if path.is_dir() else path.parent
+        return [folder / name for name in _CONFIG_FILES]
+    return [beside(path, "special_tokens_map.json")]
+
+
+def beside(path: Path, name: str) -> Path:
+    """``name`` next to the tokenizer file ``path``, sharing its prefix:
+    ``tokenizer.json`` -> ``name``, ``corpus.tokenizer.json`` -> ``corpus.<name>``,
+    ``t.json`` -> ``t.<name>``."""
+    other = path.with_name(path.name.replace("tokenizer.json", name))
+    return other if other != path else path.with_suffix("." + name)
+
+
+def read_declared_roles(files: list[Path]) -> dict[str, str]:
+    """Role -> token text as ``files`` (those that exist) declare them, later files winning.
 
     Raises:
         DataError: A file that is there but is not readable JSON.
     """
     roles: dict[str, str] = {}
-    for name in _CONFIG_FILES:
-        path = Path(folder) / name
+    for path in files:
         if not path.is_file():
             continue
         try:
@@ -90,7 +107,7 @@ def read_declared_roles(folder: str | Path) -> dict[str, str]:
         if not isinstance(data, Mapping):
             raise DataError(f"{path} is not a JSON object: cannot read its special tokens.")
         for role in ROLES:
-            value = data.get(_HF_KEY[role])
+            value = data.get(HF_KEYS[role])
             if isinstance(value, Mapping):
                 value = value.get("content")
             if isinstance(value, str) and value:
@@ -118,7 +135,7 @@ def resolve_roles(vocab: Mapping[str, int], specials: set[str],
             raise DataError(f"Unknown special token role {role!r}; roles: {', '.join(ROLES)}.")
         if token not in vocab:
             raise DataError(
-                f"Tokenizer {source or ''}: {_HF_KEY[role]}={token!r} is not in its vocabulary "
+                f"Tokenizer {source or ''}: {HF_KEYS[role]}={token!r} is not in its vocabulary "
                 f"({len(vocab)} tokens): fix tokenizer_config.json / special_tokens_map.json.")
         roles[role] = token
     return roles
@@ -133,11 +150,11 @@ def missing_roles_line(roles: Mapping[str, Any], needed: tuple[str, ...], user: 
     names = ", ".join(_describe(r) for r in missing)
     return (f"{user} needs the tokenizer's {names}, but tokenizer {source or ''} has none: "
             f"name it in tokenizer_config.json beside tokenizer.json (e.g. "
-            f"\"{_HF_KEY[missing[0]] if missing[0] != 'eod' else 'eos_token'}\": \"...\"), or "
+            f"\"{HF_KEYS[missing[0]] if missing[0] != 'eod' else 'eos_token'}\": \"...\"), or "
             f"use a tokenizer that has it.")
 
 
 def _describe(role: str) -> str:
     if role == "eod":
         return "end-of-document token (eos_token, or [SEP] / <|endoftext|>)"
-    return f"{role} token ({_HF_KEY[role]})"
+    return f"{role} token ({HF_KEYS[role]})"

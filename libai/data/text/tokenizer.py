@@ -30,7 +30,15 @@ import numpy as np
 from libai.utils.errors import ConfigError, DataError
 from libai.utils.suggest import did_you_mean
 
-from .special_tokens import ROLES, missing_roles_line, read_declared_roles, resolve_roles
+from .special_tokens import (
+    HF_KEYS,
+    ROLES,
+    beside,
+    declared_role_files,
+    missing_roles_line,
+    read_declared_roles,
+    resolve_roles,
+)
 from .tokenizer_training import check_special_tokens, train_backend
 
 __all__ = ["TextTokenizer", "build_tokenizer", "TOKENIZER_KINDS"]
@@ -89,6 +97,10 @@ class TextTokenizer:
         specials = {t.content for t in added if t.special}
         #: role ("pad", "unk", "cls", "sep", "mask", "bos", "eos") -> token text
         self.special_tokens = resolve_roles(vocab, specials, special_tokens, source)
+        conventional = resolve_roles(vocab, specials)
+        #: the roles that differ from the conventions: what :meth:`save` writes beside the file
+        self.declared_special_tokens = {
+            r: t for r, t in self.special_tokens.items() if conventional.get(r) != t}
         ids = {role: vocab[token] for role, token in self.special_tokens.items()}
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id, self.bos_id, \
             self.eos_id = (ids.get(role) for role in ROLES)
@@ -166,7 +178,9 @@ class TextTokenizer:
         """Write ``tokenizer.json`` to ``path`` (a file name, or a folder to write it in).
 
         A WordPiece tokenizer also writes ``vocab.txt`` beside it (one token per line, in id
-        order), the file BERT tools read.
+        order), the file BERT tools read. Special tokens whose roles the conventions would not
+        find (:attr:`declared_special_tokens`, e.g. a Llama-3 chat model's ``eos_token``
+        ``<|eot_id|>``) go into ``special_tokens_map.json`` beside it, which :meth:`load` reads.
 
         Returns:
             The path of the ``tokenizer.json`` written.
@@ -180,10 +194,11 @@ class TextTokenizer:
         if self.kind == "wordpiece":
             vocab = self.backend.get_vocab(with_added_tokens=True)
             lines = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
-            vocab_path = path.with_name(path.name.replace("tokenizer.json", "vocab.txt"))
-            if vocab_path == path:
-                vocab_path = path.with_suffix(".vocab.txt")
-            vocab_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            beside(path, "vocab.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        if self.declared_special_tokens:
+            roles = {HF_KEYS[r]: t for r, t in self.declared_special_tokens.items()}
+            beside(path, "special_tokens_map.json").write_text(
+                json.dumps(roles, indent=2) + "\n", encoding="utf-8")
         return path
 
     @classmethod
@@ -209,7 +224,7 @@ class TextTokenizer:
                 if (p / name).is_file():
                     return cls.load(p / name, lowercase=lowercase)
             if (p / "vocab.json").is_file() and (p / "merges.txt").is_file():
-                return cls._read(p, p, "bpe", lowercase)
+                return cls._read(p, "bpe", lowercase)
             raise DataError(
                 f"Tokenizer folder {p} holds no tokenizer.json, vocab.txt or vocab.json + "
                 f"merges.txt."
@@ -220,14 +235,11 @@ class TextTokenizer:
                 f"folder holding one; or train one with tokenizer=dict(type='wordpiece', "
                 f"vocab_size=...)."
             )
-        return cls._read(p, p.parent, "wordpiece" if p.suffix == ".txt" else None, lowercase)
+        return cls._read(p, "wordpiece" if p.suffix == ".txt" else None, lowercase)
 
     @classmethod
-    def _read(cls, p: Path, folder: Path, kind: str | None, lowercase: bool) -> TextTokenizer:
-        # the Hugging Face files describe the folder's tokenizer.json / vocab files, not
-        # another file someone put there (corpus.tokenizer.json)
-        hf_names = ("tokenizer.json", "vocab.txt")
-        declared = read_declared_roles(folder) if p.is_dir() or p.name in hf_names else None
+    def _read(cls, p: Path, kind: str | None, lowercase: bool) -> TextTokenizer:
+        declared = read_declared_roles(declared_role_files(p))
         try:
             if p.is_dir():  # GPT-2 / RoBERTa vocab.json + merges.txt
                 from tokenizers.implementations import ByteLevelBPETokenizer

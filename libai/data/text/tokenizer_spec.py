@@ -4,7 +4,8 @@ A fine-tuned model must read its text with the tokenizer it was pretrained with,
 points at that tokenizer rather than training a new one:
 
 - a path: a ``tokenizer.json``, a BERT ``vocab.txt``, or a folder holding one (a Hugging Face
-  model folder; GPT-2's ``vocab.json`` + ``merges.txt`` too);
+  model folder: BERT, GPT-2, RoBERTa, Llama...; GPT-2's ``vocab.json`` + ``merges.txt`` too),
+  its special tokens as the ``tokenizer_config.json`` beside it names them;
 - ``dict(corpus="shakespeare", type="wordpiece", vocab_size=8192)``: the tokenizer built with
   that corpus (what ``configs/bert_tiny.py`` pretrained with; built into the cache on first use).
 """

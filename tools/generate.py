@@ -2,8 +2,10 @@
 
     python tools/generate.py CONFIG CHECKPOINT --prompt "ROMEO:" [--max-new-tokens 100]
         [--greedy | --temperature 0.8 --top-k 50 --top-p 0.95] [--num-samples 1] [--seed 0]
-        [--tokenizer PATH] [--cfg-options key=value ...] [--debug]
+        [--stop STR ...] [--tokenizer PATH] [--cfg-options key=value ...] [--debug]
+    python tools/generate.py CONFIG CHECKPOINT --prompt-file prompts.txt --greedy
 
+--prompt-file holds several prompts, one a line, generated in one left-padded batch.
 The model is built from CONFIG and loaded with the CHECKPOINT's weights; the tokenizer is the
 one the config's dataset uses (built into the cache on first use), or --tokenizer.
 

@@ -4,12 +4,14 @@
   ``num_items`` means under data parallel. See docs/models.md, "The model contract".
 - ``steps.py``: the default steps for any ``nn.Module``, and the optional ``BaseModel``.
 - ``wrappers.py``: DDP and graph mode (torch.compile) around a model.
+- ``generation.py``: :func:`generate`, decoding for the causal LMs (padded batches, sampling).
 - ``layers/``: transformer building blocks (attention, MLP, embeddings, heads, init helpers).
 - ``zoo/``: architectures built from them (the digits MLP, BERT, GPT-2) and their
   fine-tuning heads, registered in MODELS.
 """
 
 from .contract import CONTRACT, ContractField, check_model, mean_over_data_parallel
+from .generation import generate
 from .steps import (
     BaseModel,
     DataPreprocessor,
@@ -60,6 +62,7 @@ __all__ = [
     "check_model",
     "compile_model",
     "from_hf_pretrained",
+    "generate",
     "load_hf_pretrained",
     "make_train_step",
     "mean_over_data_parallel",

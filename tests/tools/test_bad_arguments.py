@@ -30,7 +30,8 @@ CASES = {
     "generate": {
         "missing": ("gpt2_tiny $T/nope.pth", "Checkpoint '$T/nope.pth' does not exist"),
         "kind": ("gpt2_tiny $T/nope.pth --top-p 2", "--top-p is a total probability in (0, 1]"),
-        "kind2": ("gpt2_tiny $T/nope.pth --temperature -1", "--temperature must be > 0"),
+        "kind2": ("gpt2_tiny $T/nope.pth --temperature -1",
+                  "--temperature must be a finite number >= 0 (0 always takes the likeliest"),
         "choice": ("gpt2_tyni $T/nope.pth", "Did you mean 'gpt2_tiny'?"),
     },
     "predict": {

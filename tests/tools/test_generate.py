@@ -81,3 +81,93 @@ def test_instruction_needs_an_instruction_config(checkpoint):
     assert "--instruction needs a config whose data loaders read an InstructionDataset" in out.stderr
     both = run(config, ckpt, "--instruction", "Who speaks?", "--prompt", "ROMEO:")
     assert both.returncode == 2 and "not both" in both.stderr
+
+
+def cli(capsys, *args):
+    """``libai generate ARGS`` in this process: (exit status, stdout, stderr)."""
+    from libai.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["generate", *args])
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def outputs(stdout):
+    """The texts after each ``--- prompt i`` header, in order."""
+    return [block.split("\n", 1)[1][:-1] for block in stdout.split("--- prompt ")[1:]]
+
+
+PROMPTS = ["ROMEO:", "JULIET: O Romeo, Romeo", "To be, or not"]
+
+
+def test_a_prompt_file_is_one_padded_batch_each_as_alone(checkpoint, tmp_path, capsys):
+    from libai.cli.generate import config_tokenizer
+
+    config, ckpt = checkpoint
+    tokenizer = config_tokenizer(Config.fromfile(config))
+    assert len({len(tokenizer.encode(p)) for p in PROMPTS}) == 3  # the batch needs padding
+    path = tmp_path / "prompts.txt"
+    path.write_text(f"{PROMPTS[0]}\n\n  \n{PROMPTS[1]}\r\n{PROMPTS[2]}\n", encoding="utf-8")
+    status, out, err = cli(capsys, config, ckpt, "--prompt-file", str(path), "--greedy",
+                           "--max-new-tokens", "6")
+    assert status == 0, err
+    batched = outputs(out)
+    assert len(batched) == 3 and "--- prompt 3\n" in out
+    for prompt, text in zip(PROMPTS, batched):
+        status, alone, err = cli(capsys, config, ckpt, "--prompt", prompt, "--greedy",
+                                 "--max-new-tokens", "6")
+        assert status == 0 and text.startswith(prompt) and alone == text + "\n", err
+    status, zero, _ = cli(capsys, config, ckpt, "--prompt-file", str(path), "--temperature",
+                          "0", "--max-new-tokens", "6")  # temperature 0 is greedy
+    assert status == 0 and outputs(zero) == batched
+    status, two, _ = cli(capsys, config, ckpt, "--prompt-file", str(path), "--num-samples", "2",
+                         "--max-new-tokens", "4", "--seed", "1")
+    assert status == 0 and two.count("--- prompt ") == 6 and "--- prompt 3, sample 2\n" in two
+
+
+def test_stop_strings_cut_the_continuation(checkpoint, capsys):
+    config, ckpt = checkpoint
+    args = (config, ckpt, "--prompt", "ROMEO:", "--greedy", "--max-new-tokens", "12")
+    status, full, err = cli(capsys, *args)
+    assert status == 0, err
+    text = full[:-1]
+    assert len(text) > len("ROMEO:") + 4, text
+    stop = text[len("ROMEO:") + 2: len("ROMEO:") + 4]
+    cut = text[: text.index(stop, len("ROMEO:"))]
+    status, out, err = cli(capsys, *args, "--stop", "never there", "--stop", stop)
+    assert status == 0 and out == cut + "\n", err
+    status, out, _ = cli(capsys, *args, "--stop", "ROMEO")  # only the continuation is searched
+    assert out == full
+
+
+@pytest.mark.parametrize("flags, says", [
+    (("--temperature", "nan"), "--temperature must be a finite number >= 0"),
+    (("--temperature", "inf"), "--temperature must be a finite number >= 0"),
+    (("--temperature", "-0.5"), "--temperature must be a finite number >= 0 (0 always takes"),
+    (("--top-k", "0"), "--top-k must be at least 1, got 0"),
+    (("--top-p", "-0.1"), "--top-p is a total probability in (0, 1], got -0.1"),
+    (("--prompt-file", "$T/nope.txt"), "--prompt-file $T/nope.txt: no such file"),
+    (("--prompt-file", "$T/bad.txt"), "--prompt-file $T/bad.txt line 3 is not UTF-8 text (byte "
+                                      "0xff at column 4)"),
+    (("--prompt-file", "$T/blank.txt"), "--prompt-file $T/blank.txt has no prompts"),
+    (("--prompt", "A", "--prompt-file", "$T/bad.txt"), "not both --prompt and --prompt-file"),
+    (("--prompt", "caf\udce9"), "--prompt is not UTF-8 text (byte 0xe9 at character 4)"),
+    (("--stop", "\udcff"), "--stop is not UTF-8 text"),
+])
+def test_bad_generation_options_are_one_line_before_the_model(flags, says, tmp_path, capsys):
+    (tmp_path / "bad.txt").write_bytes(b"ok\n\nab \xff\xfe\n")
+    (tmp_path / "blank.txt").write_text("\n  \n")
+    flags = [f.replace("$T", str(tmp_path)) for f in flags]
+    # the checkpoint does not exist: an error about it would mean the options came too late
+    status, _, err = cli(capsys, "gpt2_tiny", str(tmp_path / "none.pth"), *flags)
+    assert status == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("error: ") and says.replace("$T", str(tmp_path)) in err, err
+
+
+def test_a_prompt_that_is_not_utf8_on_the_command_line(tmp_path):
+    out = subprocess.run([sys.executable, "tools/generate.py", "gpt2_tiny", "none.pth",
+                          "--prompt", b"caf\xe9"], cwd=ROOT, capture_output=True, timeout=300)
+    err = out.stderr.decode("utf-8", "replace")
+    assert out.returncode == 2 and err.count("\n") == 1, err
+    assert "error: --prompt is not UTF-8 text (byte 0xe9 at character 4)" in err

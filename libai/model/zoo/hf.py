@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from libai.registry import MODELS
-from libai.utils.errors import CheckpointError
+from libai.utils.errors import CheckpointError, ConfigError
 
 from ..steps import unwrap_model
 from .hf_mapping import SHAPE_ARGS, hf_to_libai, libai_to_hf
@@ -153,13 +153,7 @@ def save_hf_pretrained(model: nn.Module, folder: str | os.PathLike,
     config, state = libai_to_hf(model, label_names)
     files: dict[str, str] = {}
     if tokenizer is not None:
-        kind, a = config["model_type"], unwrap_model(model).config
-        classifier = kind == "gpt2" and "num_classes" in a
-        pad = a["pad_token_id"] if classifier else None  # BERT's is always [PAD]
-        files = tokenizer_files(tokenizer, kind, a["max_position_embeddings"], a["vocab_size"],
-                                classifier, pad)
-        if kind == "gpt2":  # GPT-2's ends of text are the tokenizer's
-            config.update(bos_token_id=tokenizer.eod_id, eos_token_id=tokenizer.eod_id)
+        files = _tokenizer_files(config, unwrap_model(model).config, tokenizer)
     files["config.json"] = json.dumps(config, indent=2, sort_keys=True) + "\n"
     st, folder = _safetensors().torch, os.fspath(folder)
     try:
@@ -175,6 +169,36 @@ def save_hf_pretrained(model: nn.Module, folder: str | os.PathLike,
     except OSError as e:
         raise CheckpointError(f"could not write the Hugging Face folder {folder!r}: {e}") from e
     return ["model.safetensors", *files]
+
+
+def _tokenizer_files(config: dict[str, Any], a: dict[str, Any], tokenizer: Any) -> dict[str, str]:
+    """The tokenizer files of an export; ``config`` (the ``config.json`` dict) takes the
+    tokenizer's special ids: GPT-2's and Llama's ends of text, RoBERTa's ``<s>`` / ``</s>``.
+
+    Raises:
+        ConfigError: See :func:`tokenizer_files`; or a RoBERTa whose ``pad_token_id`` is not
+            the tokenizer's padding (its positions count from it).
+    """
+    kind = config["model_type"]
+    classifier = kind == "gpt2" and "num_classes" in a
+    pad = a["pad_token_id"] if classifier else None  # BERT's is always [PAD]
+    longest = a["max_position_embeddings"]
+    if kind == "roberta":  # positions start after the padding index: 514 -> 512 tokens
+        longest -= a["pad_token_id"] + 1
+    files = tokenizer_files(tokenizer, kind, longest, a["vocab_size"], classifier, pad)
+    if kind == "gpt2":  # GPT-2's ends of text are the tokenizer's
+        config.update(bos_token_id=tokenizer.eod_id, eos_token_id=tokenizer.eod_id)
+    elif kind == "llama":
+        config.update(bos_token_id=tokenizer.bos_id, eos_token_id=tokenizer.eos_id,
+                      pad_token_id=tokenizer.pad_id)
+    elif kind == "roberta":
+        if tokenizer.pad_id != a["pad_token_id"]:
+            raise ConfigError(
+                f"the tokenizer pads with id {tokenizer.pad_id} but the RoBERTa model has "
+                f"pad_token_id={a['pad_token_id']}, from which its positions count: pass the "
+                f"tokenizer the model was trained with")
+        config.update(bos_token_id=tokenizer.bos_id, eos_token_id=tokenizer.eos_id)
+    return files
 
 
 # ----------------------------------------------------------------------------- loading

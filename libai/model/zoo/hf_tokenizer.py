@@ -15,8 +15,17 @@
   them), ``model_max_length`` (the model's ``max_position_embeddings``) and the special tokens;
   ``special_tokens_map.json``; ``vocab.txt`` for WordPiece (one token a line, in id order).
 
-The tokenizer is read by duck typing (``.kind``, ``.backend``, the special ids of
-``libai.data.text.TextTokenizer``): this module imports no data code.
+- Llama: ``tokenizer.json`` as it is (neither side adds a token unless the tokenizer itself
+  came with a post-processor, as Meta's does), and a ``tokenizer_config.json`` of class
+  ``PreTrainedTokenizerFast`` with the tokenizer's ``bos_token`` / ``eos_token`` (and
+  ``pad_token`` / ``unk_token`` when it has them).
+- RoBERTa (a byte-level BPE with ``<s> <pad> </s> <unk> <mask>``): ``tokenizer.json`` with
+  RoBERTa's post-processor (``<s> $A </s>``, pairs ``<s> $A </s></s> $B </s>``, as Hugging
+  Face frames RoBERTa's input), ``vocab.json`` + ``merges.txt`` (the slow tokenizer's files),
+  and a ``tokenizer_config.json`` of class ``RobertaTokenizerFast``.
+
+The tokenizer is read by duck typing (``.kind``, ``.backend``, ``.special_tokens`` and the
+special ids of ``libai.data.text.TextTokenizer``): this module imports no data code.
 """
 
 from __future__ import annotations
@@ -28,14 +37,16 @@ from libai.utils.errors import ConfigError
 
 __all__ = ["tokenizer_files"]
 
-_KIND_FOR = {"bert": "wordpiece", "gpt2": "bpe"}
+_KIND_FOR = {"bert": "wordpiece", "gpt2": "bpe", "roberta": "bpe", "llama": None}  # None: any
+_ROBERTA_ROLES = ("bos", "eos", "sep", "cls", "unk", "pad", "mask")
 _BPE_EOD = "<|endoftext|>"
 
 
 def tokenizer_files(tokenizer: Any, model_type: str, max_length: int, vocab_size: int,
                     classifier: bool = False,
                     pad_token_id: int | None = None) -> dict[str, str]:
-    """File name -> text of the tokenizer files for a ``model_type`` ("bert" or "gpt2") model.
+    """File name -> text of the tokenizer files for a ``model_type`` ("bert", "gpt2", "llama"
+    or "roberta") model.
 
     Args:
         tokenizer: A ``TextTokenizer`` (``kind`` "wordpiece" or "bpe", ``backend`` a
@@ -51,16 +62,20 @@ def tokenizer_files(tokenizer: Any, model_type: str, max_length: int, vocab_size
         ConfigError: The tokenizer is of the other kind or has more tokens than the model; or
             a GPT-2 classifier pads with ``<|endoftext|>``, which Hugging Face would not score.
     """
-    kind = getattr(tokenizer, "kind", None)
-    if kind != _KIND_FOR[model_type] or not hasattr(tokenizer, "backend"):
+    kind, want = getattr(tokenizer, "kind", None), _KIND_FOR[model_type]
+    if (want is not None and kind != want) or not hasattr(tokenizer, "backend"):
         raise ConfigError(
-            f"a {model_type} model exports with a {_KIND_FOR[model_type]} tokenizer (libai's "
-            f"TextTokenizer), got {type(tokenizer).__name__} of kind {kind!r}: pass the "
-            f"tokenizer the model was trained with")
+            f"a {model_type} model exports with a {want or 'BPE or WordPiece'} tokenizer "
+            f"(libai's TextTokenizer), got {type(tokenizer).__name__} of kind {kind!r}: pass "
+            f"the tokenizer the model was trained with")
     size = tokenizer.backend.get_vocab_size(with_added_tokens=True)
     if size > vocab_size:
         raise ConfigError(f"the tokenizer has {size} tokens but the model {vocab_size}: its "
                           f"ids would not fit; pass the tokenizer the model was trained with")
+    if model_type == "llama":
+        return _llama_files(tokenizer, max_length)
+    if model_type == "roberta":
+        return _roberta_files(tokenizer, max_length)
     if kind == "wordpiece":
         return _wordpiece_files(tokenizer, max_length)
     return _bpe_files(tokenizer, max_length, classifier, pad_token_id)
@@ -129,3 +144,38 @@ def _bpe_files(tokenizer: Any, max_length: int, classifier: bool,
 def _configs(config: dict[str, Any], specials: dict[str, str]) -> dict[str, str]:
     return {"tokenizer_config.json": json.dumps(config, indent=2) + "\n",
             "special_tokens_map.json": json.dumps(specials, indent=2) + "\n"}
+
+
+def _llama_files(tokenizer: Any, max_length: int) -> dict[str, str]:
+    roles = tokenizer.special_tokens
+    specials = {f"{r}_token": roles[r] for r in ("bos", "eos", "unk", "pad") if r in roles}
+    config = dict(tokenizer_class="PreTrainedTokenizerFast", model_max_length=max_length,
+                  clean_up_tokenization_spaces=False, **specials)
+    return {"tokenizer.json": tokenizer.backend.to_str(pretty=True), **_configs(config, specials)}
+
+
+def _roberta_files(tokenizer: Any, max_length: int) -> dict[str, str]:
+    from tokenizers.processors import RobertaProcessing
+
+    roles = tokenizer.special_tokens
+    missing = [r for r in _ROBERTA_ROLES if r not in roles]
+    if missing:
+        raise ConfigError(
+            f"a roberta model exports with RoBERTa's special tokens, but the tokenizer has no "
+            f"{', '.join(f'{r}_token' for r in missing)}: train it with special_tokens=['<s>', "
+            f"'<pad>', '</s>', '<unk>', '<mask>'] or pass the tokenizer the model was trained with")
+    backend = type(tokenizer.backend).from_str(tokenizer.backend.to_str())  # a copy
+    data = json.loads(backend.to_str())
+    pre = data.get("pre_tokenizer") or {}
+    prefix_space = bool(pre.get("add_prefix_space", False))
+    backend.post_processor = RobertaProcessing(  # (sep, cls) by position: no keywords
+        (roles["sep"], tokenizer.sep_id), (roles["cls"], tokenizer.cls_id),
+        trim_offsets=True, add_prefix_space=prefix_space)
+    specials = {f"{r}_token": roles[r] for r in _ROBERTA_ROLES}
+    config = dict(tokenizer_class="RobertaTokenizerFast", model_max_length=max_length,
+                  add_prefix_space=prefix_space, trim_offsets=True, errors="replace", **specials)
+    model = data["model"]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    return {"tokenizer.json": backend.to_str(pretty=True), **_configs(config, specials),
+            "vocab.json": json.dumps(model["vocab"], ensure_ascii=False) + "\n",
+            "merges.txt": "\n".join(["#version: 0.2", *merges]) + "\n"}

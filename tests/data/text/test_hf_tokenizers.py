@@ -189,3 +189,58 @@ def test_corpus_whose_tokenizer_cannot_end_a_document_says_so(tmp_path):
     corpus = load_corpus(text, tokenizer=tmp_path / "tok", cache_dir=tmp_path / "cache",
                          append_eod=False)  # a corpus without document ends builds
     assert np.asarray(corpus.tokens[0]).size > 0
+
+
+# ----------------------------------------------------------------------------------- out
+def export(tok, model_type, folder, max_length=64):
+    from libai.model.zoo.hf_tokenizer import tokenizer_files
+
+    folder.mkdir(parents=True, exist_ok=True)
+    files = tokenizer_files(tok, model_type, max_length, tok.vocab_size)
+    for name, text in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return sorted(files)
+
+
+@pytest.mark.parametrize("source", ["trained", "llama3"])
+def test_llama_tokenizer_files_load_in_autotokenizer(source, llama3, tmp_path):
+    tok = TextTokenizer.train(LINES, "bpe", 800) if source == "trained" else \
+        TextTokenizer.load(llama3)
+    names = export(tok, "llama", tmp_path / "out")
+    assert names == ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
+    config = json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert config["model_max_length"] == 64
+    hf = assert_encodes_as_hf(tok, tmp_path / "out")
+    assert (hf.bos_token_id, hf.eos_token_id) == (tok.bos_id, tok.eos_id)
+    assert hf.decode(tok.encode(LINES[3])) == tok.decode(tok.encode(LINES[3]))
+    back = TextTokenizer.load(tmp_path / "out")
+    assert back.special_tokens == tok.special_tokens and back.eod_id == tok.eod_id
+    if source == "trained":  # libai's language models add no token: neither does HF
+        assert hf(LINES[0])["input_ids"] == tok.encode(LINES[0])
+    else:
+        assert hf.eos_token == "<|eot_id|>"
+
+
+def test_roberta_tokenizer_files_load_in_autotokenizer(tmp_path):
+    tok = TextTokenizer.train(LINES, "bpe", 800, special_tokens=ROBERTA_SPECIALS)
+    names = export(tok, "roberta", tmp_path / "out")
+    assert names == ["merges.txt", "special_tokens_map.json", "tokenizer.json",
+                     "tokenizer_config.json", "vocab.json"]
+    hf = assert_encodes_as_hf(tok, tmp_path / "out")
+    assert "Roberta" in type(hf).__name__
+    got = (hf.bos_token_id, hf.pad_token_id, hf.eos_token_id, hf.unk_token_id, hf.mask_token_id)
+    assert got == (0, 1, 2, 3, 4)
+    a, b = tok.encode(LINES[0]), tok.encode(LINES[1])
+    assert hf(LINES[0])["input_ids"] == [0, *a, 2]  # <s> A </s>, as Hugging Face frames RoBERTa
+    assert hf(LINES[0], LINES[1])["input_ids"] == [0, *a, 2, 2, *b, 2]
+    assert TextTokenizer.load(tmp_path / "out").special_tokens == tok.special_tokens
+
+
+def test_roberta_export_refuses_a_tokenizer_without_robertas_tokens(tmp_path):
+    from libai.utils.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"has no sep_token, cls_token, unk_token, pad_token, mask_token: train it"):
+        export(TextTokenizer.train(LINES, "bpe", 800), "roberta", tmp_path)
+    with pytest.raises(ConfigError, match="exports with a bpe tokenizer"):
+        export(TextTokenizer.train(LINES, "wordpiece", 800), "roberta", tmp_path)

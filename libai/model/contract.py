@@ -89,8 +89,10 @@ CONTRACT: tuple[ContractField, ...] = (
         "Checked against the dataset's `metainfo['vocab_size']` (its tokenizer's) before the "
         "first step, and against the tokenizer when generating."),
     ContractField(
-        "max_position_embeddings", "attribute", False, ("libai/runner/build.py",),
-        "Checked against the dataset's `metainfo['max_seq_length']` before the first step."),
+        "max_position_embeddings", "attribute", False,
+        ("libai/runner/build.py", "libai/model/generation.py"),
+        "Checked against the dataset's `metainfo['max_seq_length']` before the first step, and "
+        "the context `generate` crops to."),
     ContractField(
         "parallel_blocks", "attribute", False, ("libai/parallel/apply.py", "libai/optim/layer_decay.py"),
         "Class names of the repeated blocks: FSDP shards each on its own, "
@@ -104,7 +106,7 @@ CONTRACT: tuple[ContractField, ...] = (
     ContractField(
         "hf_model_type", "attribute", False,
         ("libai/model/zoo/hf.py", "libai/model/zoo/hf_mapping.py"),
-        "`'bert'` or `'gpt2'`: the model converts to and from Hugging Face folders "
+        "`'bert'`, `'gpt2'`, `'llama'` or `'roberta'`: the model converts to and from Hugging Face folders "
         "(`load_from` a folder, `save_hf_pretrained`). Needs `config`."),
     ContractField(
         "config", "attribute", False,
@@ -112,6 +114,15 @@ CONTRACT: tuple[ContractField, ...] = (
          "libai/cli/convert_checkpoint.py"),
         "The constructor's arguments as a mapping (the zoo's `BertConfig`, `GPTConfig`): "
         "`MODELS.build(dict(type=..., **model.config))` builds the same model."),
+    ContractField(
+        "logits", "method", False, ("libai/model/generation.py",),
+        "`logits(input_ids, kv_caches=None, attention_mask=None, position_ids=None)`: "
+        "next-token logits (B, S, V), this call's keys and values appended to the caches; what "
+        "`libai.model.generate` decodes with."),
+    ContractField(
+        "new_kv_caches", "method", False, ("libai/model/generation.py",),
+        "`new_kv_caches(batch_size)`: empty per-layer caches that `logits` fills, for "
+        "`generate`."),
     ContractField(
         "generate", "method", False, ("libai/cli/generate.py",),
         "`generate(input_ids, max_new_tokens, ...)`, for `libai generate` / tools/generate.py."),

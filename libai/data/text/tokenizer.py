@@ -62,7 +62,6 @@ class TextTokenizer:
         backend: The ``tokenizers.Tokenizer``.
         kind: "wordpiece" or "bpe". Defaults to None: read from the backend's model.
         source: Where it was loaded from, for messages. Defaults to None.
-
         special_tokens: Role -> token text (roles: "pad", "unk", "cls", "sep", "mask",
             "bos", "eos"), over the conventions of the token families; what
             :meth:`load` reads from ``tokenizer_config.json``. Defaults to None.
@@ -71,6 +70,8 @@ class TextTokenizer:
         vocab_size: Number of ids, added (special) tokens included.
         special_tokens: Role -> token text of the roles the tokenizer has (see
             ``special_tokens.py`` for how they are found).
+        declared_special_tokens: Those of ``special_tokens`` that the conventions alone would
+            not find (what :meth:`save` writes beside the file; a corpus cache key holds them).
         pad_id, unk_id, cls_id, sep_id, mask_id, bos_id, eos_id: The roles' ids, None for a
             role the tokenizer lacks (BERT: no bos/eos; GPT-2: only bos = eos =
             ``<|endoftext|>``).
@@ -95,10 +96,8 @@ class TextTokenizer:
         vocab = backend.get_vocab(with_added_tokens=True)
         added = backend.get_added_tokens_decoder().values()
         specials = {t.content for t in added if t.special}
-        #: role ("pad", "unk", "cls", "sep", "mask", "bos", "eos") -> token text
         self.special_tokens = resolve_roles(vocab, specials, special_tokens, source)
         conventional = resolve_roles(vocab, specials)
-        #: the roles that differ from the conventions: what :meth:`save` writes beside the file
         self.declared_special_tokens = {
             r: t for r, t in self.special_tokens.items() if conventional.get(r) != t}
         ids = {role: vocab[token] for role, token in self.special_tokens.items()}

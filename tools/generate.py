@@ -1,4 +1,4 @@
-"""Generate text from a GPT checkpoint.
+"""Generate text from a causal LM checkpoint (GPT-2, Llama).
 
     python tools/generate.py CONFIG CHECKPOINT --prompt "ROMEO:" [--max-new-tokens 100]
         [--greedy | --temperature 0.8 --top-k 50 --top-p 0.95] [--num-samples 1] [--seed 0]

@@ -1,4 +1,4 @@
-"""Generate text from a GPT checkpoint.
+"""Generate text from a causal LM checkpoint (GPT-2, Llama).
 
     libai generate CONFIG CHECKPOINT --prompt "ROMEO:" [--max-new-tokens 100]
         [--greedy | --temperature 0.8 --top-k 50 --top-p 0.95] [--num-samples 1] [--seed 0]
@@ -37,7 +37,8 @@ from libai.utils.errors import ConfigError
 
 
 def parse_args(argv=None, prog=None):
-    parser = argparse.ArgumentParser(prog=prog, description="Sample text from a GPT checkpoint.")
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Generate text from a causal LM checkpoint (GPT-2, Llama).")
     parser.add_argument("config", help="the config the checkpoint was trained with")
     parser.add_argument("checkpoint", help="checkpoint file (.pth) with the model weights")
     parser.add_argument("--prompt", default="", help="text to continue (default: empty)")
@@ -178,8 +179,8 @@ def main(argv=None, prog=None):
     template = config_template(cfg) if args.instruction is not None else None
     model = MODELS.build(cfg.model.to_dict(), path="model")
     if not hasattr(model, "generate"):
-        raise ConfigError(f"{type(model).__name__} cannot generate text: use a GPT config "
-                          f"(e.g. configs/gpt2_tiny.py).")
+        raise ConfigError(f"{type(model).__name__} cannot generate text: use a causal LM "
+                          f"config (e.g. configs/gpt2_tiny.py, configs/llama_tiny.py).")
     load_model_state(model, load_checkpoint(args.checkpoint).get("state_dict"))
     tokenizer = TextTokenizer.load(args.tokenizer) if args.tokenizer else config_tokenizer(cfg)
     if tokenizer.vocab_size != model.vocab_size:

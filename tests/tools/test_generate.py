@@ -52,7 +52,7 @@ def test_generate_bad_input_is_one_line(checkpoint, tmp_path):
     assert out.stderr.count("\n") == 1
     bert = run(os.path.join(ROOT, "configs", "bert_tiny.py"), ckpt)
     assert bert.returncode == 2
-    assert "BertForPreTraining cannot generate text: use a GPT config" in bert.stderr
+    assert "BertForPreTraining cannot generate text: use a causal LM config" in bert.stderr
 
 
 def test_config_tokenizer_and_template_of_a_fine_tuning_dataset(tmp_path):

@@ -111,7 +111,8 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: Any, src_data_rank: int | N
     layers split.
 
     A ``tp_plan`` is a class attribute ``{submodule path: "colwise" | "rowwise"}`` relative to the
-    module (``TransformerBlock`` has one). ``src_data_rank``: the rank whose weights every
+    module (``TransformerBlock`` has one). A module may also declare ``tp_divisible``
+    (``{config path: count}``): counts the tensor size must divide, checked before any split. ``src_data_rank``: the rank whose weights every
     process gets its part of (None: each splits its own, as ``rank0_init`` needs).
     """
     from torch.distributed.tensor import Replicate
@@ -135,6 +136,7 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: Any, src_data_rank: int | N
             f"tp_plan, so libai does not know how to split its layers. Use parallel.fsdp "
             f"instead, or give the block class a plan such as tp_plan = "
             f"{{'attn.q_proj': 'colwise', 'attn.out_proj': 'rowwise'}} (see docs/parallel.md).")
+    _check_divisible(planned, tp_mesh.size())
     count = 0
     for module in planned:
         plan = {}
@@ -146,6 +148,20 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: Any, src_data_rank: int | N
         parallelize_module(module, tp_mesh, plan, src_data_rank=src_data_rank)
         count += len(plan)
     return count
+
+
+def _check_divisible(planned: list[nn.Module], size: int) -> None:
+    """Refuse a tensor-parallel size that does not divide a count a module declares in
+    ``tp_divisible`` ({config path: count}, e.g. Llama's query and key/value heads): each process
+    must hold whole heads, or the split layers would compute something else."""
+    counts = {path: n for m in planned for path, n in getattr(m, "tp_divisible", {}).items()}
+    for path, n in counts.items():
+        if n % size:
+            fits = [d for d in range(1, n + 1) if all(c % d == 0 for c in counts.values())]
+            raise ConfigError(
+                f"parallel.tensor={size} does not divide {path}={n}: each tensor-parallel process "
+                f"holds whole heads; choose parallel.tensor among {fits} (the divisors of "
+                f"{', '.join(f'{p}={c}' for p, c in counts.items())}).")
 
 
 def parallelize(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torch.device, *,

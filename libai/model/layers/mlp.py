@@ -1,16 +1,18 @@
-"""The position-wise feed-forward network, with its activation chosen by name."""
+"""The position-wise feed-forward networks: :class:`MLP` with its activation chosen by name, and
+Llama's gated :class:`SwiGLU`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from libai.utils.errors import ConfigError
 from libai.utils.suggest import did_you_mean
 
-__all__ = ["ACTIVATIONS", "MLP", "get_activation"]
+__all__ = ["ACTIVATIONS", "MLP", "SwiGLU", "get_activation"]
 
 #: Activation name -> module factory. "gelu" is the exact (erf) GELU of BERT; "gelu_tanh" is the
 #: tanh approximation GPT-2 was trained with (Hugging Face's "gelu_new").
@@ -54,3 +56,27 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.fc2(self.act(self.fc1(x))))  # (B, S, H)
+
+
+class SwiGLU(nn.Module):
+    """The gated feed-forward network of PaLM and Llama (Shazeer 2020):
+    ``down_proj(silu(gate_proj(x)) * up_proj(x))``, no biases.
+
+    Three matrices instead of two: an inner width of ``8H / 3`` has the parameters of a 4H
+    :class:`MLP`. Tensor parallel splits ``gate_proj`` and ``up_proj`` column-wise (each process
+    gates its own slice) and ``down_proj`` row-wise.
+
+    Args:
+        hidden_size: Input and output width H.
+        ffn_hidden_size: Inner width F.
+    """
+
+    def __init__(self, hidden_size: int, ffn_hidden_size: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, ffn_hidden_size, bias=False)
+        self.up_proj = nn.Linear(hidden_size, ffn_hidden_size, bias=False)
+        self.down_proj = nn.Linear(ffn_hidden_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gated = F.silu(self.gate_proj(x)) * self.up_proj(x)  # (B, S, F)
+        return self.down_proj(gated)  # (B, S, H)

@@ -19,6 +19,7 @@ from .gpt import (
     GPTForSequenceClassification,
     GPTModel,
 )
+from .llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 from .mlp import DigitsMLP, MLPClassifier
 from .roberta import RobertaConfig, RobertaForMaskedLM, RobertaModel
 
@@ -36,6 +37,9 @@ __all__ = [
     "GPTForCausalLM",
     "GPTForSequenceClassification",
     "GPTModel",
+    "LlamaConfig",
+    "LlamaForCausalLM",
+    "LlamaModel",
     "MLPClassifier",
     "ModelConfig",
     "PROBLEM_TYPES",

@@ -130,6 +130,7 @@ class GPTDataset(Dataset):
         self.seed = check_int(seed, "seed", name, 0)
         self.corpus = resolve_corpus(corpus, name)
         tokenizer = self.corpus.tokenizer
+        tokenizer.require("eod", user=name)
         self.tokens = self.corpus.tokens
         self.eod_id = int(tokenizer.eod_id)
         self.docs = self.corpus.split_documents(split, split_ratios)  # (n,) sorted doc ids

@@ -213,6 +213,7 @@ class InstructionDataset(Dataset):
             raise ConfigError(f"{name}: {e}") from e
         records, self.name = _load(data_files, split), _source_name(data_files, split)
         self.tokenizer = _tokenizer(tokenizer, name)
+        self.tokenizer.require("eod", user=name)  # ends every response
         self.max_seq_length, self.packing, self.seed = max_seq_length, packing, seed
         self.keys = (prompt_key, response_key, messages_key)
         examples, dropped = self._encode(records)

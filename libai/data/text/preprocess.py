@@ -45,13 +45,15 @@ _Encoded = tuple[np.ndarray, np.ndarray, np.ndarray]  # see _encode_docs
 _worker_tokenizer: TextTokenizer | None = None
 
 
-def _init_worker(tokenizer_file: str, kind: str) -> None:
+def _init_worker(tokenizer_file: str, kind: str, special_tokens: dict[str, str]) -> None:
     # one process per core already: the library's own threads would only compete
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     from tokenizers import Tokenizer
 
     global _worker_tokenizer
-    _worker_tokenizer = TextTokenizer(Tokenizer.from_file(tokenizer_file), kind)
+    # the roles too: a Hugging Face tokenizer's config may name another end of document
+    _worker_tokenizer = TextTokenizer(Tokenizer.from_file(tokenizer_file), kind,
+                                      special_tokens=special_tokens)
 
 
 def _encode_in_worker(docs: list[list[str]], append_eod: bool) -> _Encoded:
@@ -118,7 +120,7 @@ def _encoded_chunks(
         # Workers load the tokenizer from a file. Passed as an argument, its megabytes would go
         # down the pipe that starts each worker, and CPython blocks on that pipe forever when
         # the worker dies while starting (e.g. it cannot re-import the main script).
-        init = (str(Path(tmp) / "tokenizer.json"), tokenizer.kind)
+        init = (str(Path(tmp) / "tokenizer.json"), tokenizer.kind, tokenizer.special_tokens)
         tokenizer.backend.save(init[0])
         pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=init)
         pending: deque[tuple[Future, int, int]] = deque()

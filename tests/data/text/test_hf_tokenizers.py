@@ -244,3 +244,17 @@ def test_roberta_export_refuses_a_tokenizer_without_robertas_tokens(tmp_path):
         export(TextTokenizer.train(LINES, "bpe", 800), "roberta", tmp_path)
     with pytest.raises(ConfigError, match="exports with a bpe tokenizer"):
         export(TextTokenizer.train(LINES, "wordpiece", 800), "roberta", tmp_path)
+
+
+def test_tokenising_workers_end_documents_with_the_declared_token(llama3, tmp_path):
+    # the worker processes rebuild the tokenizer from its file: with its declared roles too
+    from libai.data.text import IndexedTokenDataset, preprocess_documents
+
+    tok = TextTokenizer.load(llama3)
+    docs = [[LINES[i], LINES[i + 1]] for i in range(0, 40, 2)]
+    for workers in (1, 2):
+        preprocess_documents(docs, tmp_path / f"w{workers}", tok, workers=workers,
+                             append_eod=True, progress=False)
+    one, two = (IndexedTokenDataset(tmp_path / f"w{w}") for w in (1, 2))
+    assert len(one) == len(two) == 20 and one[0][-1] == two[0][-1] == 5  # <|eot_id|>
+    assert all(np.array_equal(one[i], two[i]) for i in range(len(one)))

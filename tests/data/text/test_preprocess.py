@@ -203,7 +203,9 @@ def test_worker_pool_matches_in_process_and_keeps_few_chunks_in_flight(tmp_path,
 @pytest.mark.slow
 def test_a_worker_that_dies_is_an_error_not_a_hang(tmp_path, bpe):
     broken = TextTokenizer(bpe.backend, "bpe")
-    broken.kind = "wordpiece"  # the worker's tokenizer fails to load: the worker dies starting
+    # a role naming a token the vocabulary lacks: the worker's tokenizer fails to load, so the
+    # worker dies starting
+    broken.special_tokens = {"eos": "<no such token>"}
     with pytest.raises(DataError, match="A tokenising worker process died"):
         preprocess_documents(DOCS * 10, tmp_path / "c", broken, workers=2, progress=False)
     assert not list(tmp_path.iterdir())

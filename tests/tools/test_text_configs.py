@@ -10,6 +10,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BERT_TINY = os.path.join(ROOT, "configs", "bert_tiny.py")
+ROBERTA_TINY = os.path.join(ROOT, "configs", "roberta_tiny.py")
 
 
 def run(*args):
@@ -34,6 +35,30 @@ def test_bert_tiny_learns_and_test_tool_reproduces_its_metrics(tmp_path):
                str(tmp_path / "test"))
     assert test.returncode == 0, test.stderr[-3000:]
     assert metrics(test.stdout + test.stderr, "test") == metrics(log, "test")
+
+
+def test_roberta_tiny_fast_dev_run(tmp_path):
+    out = run("tools/train.py", ROBERTA_TINY, "--work-dir", str(tmp_path), "--fast-dev-run")
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    assert "Model summary: RobertaForMaskedLM" in log and "Iter [2/2]" in log
+    assert "mlm_loss" in log and "nsp_loss" not in log  # masked LM only
+    assert "val/mlm/accuracy" in log and not os.listdir(tmp_path)  # nothing written
+
+
+def test_roberta_tiny_mlm_loss_falls(tmp_path):
+    # 30 steps of 16 sequences, evaluated on 2 batches: ~1 min on 2 cores
+    out = run("tools/train.py", ROBERTA_TINY, "--work-dir", str(tmp_path), "--cfg-options",
+              "train_cfg.max_iters=30", "train_cfg.val_interval=30",
+              "train_dataloader.batch_size=16", "val_cfg.limit_batches=2",
+              "test_cfg.limit_batches=2", "default_hooks.logger.interval=10",
+              "default_hooks.checkpoint=None")
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    losses = [float(v) for v in re.findall(r"Iter \[\d+/30\].*?mlm_loss: ([\d.]+)", log)]
+    assert len(losses) == 3 and losses[-1] < losses[0] - 0.5, losses  # ln(8192) = 9.0 at start
+    val = metrics(log, "val")
+    assert val["val/mlm/perplexity"] < 3000, val  # random: ~8000
 
 
 @pytest.mark.parametrize("options, message", [

@@ -18,6 +18,10 @@ from a generator seeded by the sampler's per-sample seed, so a sample is a pure 
 - ``num_to_predict`` counts the candidate (non-special) tokens, not ``[CLS]`` and ``[SEP]``;
   random replacements are drawn from the non-special ids only.
 - The same ``[CLS] A [SEP] B [SEP]`` layout and front-or-back truncation of the longer side.
+
+The tokenizer may be WordPiece (BERT's ``[CLS] [SEP] [MASK] [PAD]``) or byte-level BPE with
+RoBERTa's ``<s> </s> <mask> <pad>`` (``<s> A </s>``, the layout of RoBERTa's single segment):
+whatever tokens the tokenizer's roles cls, sep, mask and pad name.
 """
 
 from __future__ import annotations
@@ -136,11 +140,13 @@ class BertPretrainingDataset(Dataset):
     ``[CLS] A [SEP] B [SEP]`` and masked: ``round(masked_lm_prob * n)`` (at least 1, at most
     ``max_predictions_per_seq``) of its ``n`` non-special tokens are predicted; of those 80%
     become ``[MASK]``, 10% a random non-special token, 10% stay. With ``whole_word_masking`` the
-    ``##`` pieces of a word are chosen together.
+    pieces of a word are chosen together: a WordPiece word starts at a token without ``##``, a
+    byte-level BPE word at a token with the space marker ``Ġ``; each sentence starts a word.
 
     Args:
-        corpus: A :class:`TextCorpus` written with a WordPiece tokenizer, or a dict of
-            ``load_corpus`` arguments.
+        corpus: A :class:`TextCorpus` whose tokenizer has cls, sep, mask and pad tokens
+            (WordPiece, or BPE trained with ``special_tokens=["<s>", "<pad>", "</s>", "<unk>",
+            "<mask>"]``), or a dict of ``load_corpus`` arguments.
         split: "train", "val", "test" or "all". Defaults to "train".
         split_ratios: Shares of train, val and test documents. Defaults to (0.9, 0.05, 0.05).
         max_seq_length: Tokens per sample, special tokens included. Defaults to 128.
@@ -166,7 +172,8 @@ class BertPretrainingDataset(Dataset):
             model), ``tokenizer`` (its source) and ``corpus`` (its name).
 
     Raises:
-        ConfigError: a bad argument value, or a corpus whose tokenizer is not WordPiece.
+        ConfigError: a bad argument value, or a corpus whose tokenizer lacks one of the
+            special tokens.
         DataError: an unknown or empty split, or a split with no usable chunk.
     """
 
@@ -250,11 +257,16 @@ class BertPretrainingDataset(Dataset):
             )
 
     def _read_tokenizer(self, tokenizer: Any) -> None:
-        if tokenizer.kind != "wordpiece":
+        roles = ("cls", "sep", "mask", "pad")
+        missing = [r for r in roles if getattr(tokenizer, f"{r}_id", None) is None]
+        if missing:
             raise ConfigError(
-                f"{type(self).__name__} needs a WordPiece tokenizer ([CLS] [SEP] [MASK] [PAD]), "
-                f"but corpus {self.corpus.name} uses {tokenizer.kind}: write the corpus with "
-                f"tokenizer=dict(type='wordpiece', vocab_size=...)."
+                f"{type(self).__name__} needs a WordPiece tokenizer ([CLS] [SEP] [MASK] [PAD]) "
+                f"or a BPE one with RoBERTa's <s> </s> <mask> <pad>, but the {tokenizer.kind} "
+                f"tokenizer of corpus {self.corpus.name} has no {', '.join(missing)} token: "
+                f"write the corpus with tokenizer=dict(type='wordpiece', vocab_size=...), or "
+                f"dict(type='bpe', vocab_size=..., special_tokens=['<s>', '<pad>', '</s>', "
+                f"'<unk>', '<mask>'])."
             )
         self.vocab_size = tokenizer.vocab_size
         self.pad_id, self.cls_id = tokenizer.pad_id, tokenizer.cls_id
@@ -275,7 +287,14 @@ class BertPretrainingDataset(Dataset):
 
     # ------------------------------------------------------------------ segments
     def _read(self, start: int, stop: int) -> np.ndarray:
-        return np.asarray(self.tokens.tokens[start:stop], dtype=np.int64)
+        """(n, 2): the tokens of ``[start, stop)`` and 1 where a sentence starts (a word starts
+        there whatever the token: byte-level BPE marks no space before a line's first word)."""
+        out = np.zeros((stop - start, 2), dtype=np.int64)
+        out[:, 0] = self.tokens.tokens[start:stop]
+        cum = self.cum
+        firsts = cum[np.searchsorted(cum, start) : np.searchsorted(cum, stop)]  # in the range
+        out[np.asarray(firsts, dtype=np.int64) - start, 1] = 1
+        return out
 
     def _random_segment(self, rng: np.random.Generator, doc: int, length: int) -> tuple[int, int]:
         """Token range of sentences from a random other document, about ``length`` tokens."""
@@ -317,15 +336,20 @@ class BertPretrainingDataset(Dataset):
         return out
 
     # ------------------------------------------------------------------- masking
-    def _mask(self, rng: np.random.Generator, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Mask ``ids`` (n,) in place; returns the predicted positions (k,) and their ids."""
+    def _mask(
+        self, rng: np.random.Generator, ids: np.ndarray, sentence_starts: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Mask ``ids`` (n,) in place; returns the predicted positions (k,) and their ids.
+        ``sentence_starts`` (n,) bool: a word starts there (whole-word masking)."""
         cand = np.flatnonzero(~self.is_special[ids])  # (C,)
         num = min(
             self.max_predictions, len(cand), max(1, int(len(cand) * self.masked_lm_prob + 0.5))
         )
         if self.whole_word_masking and len(cand):
-            # a word starts at a non-'##' token, or after a special token
-            starts = self.word_starts[ids[cand]] | np.r_[True, np.diff(cand) != 1]
+            # a word starts at a non-'##' (WordPiece) or a 'Ġ' (BPE) token, at a sentence's
+            # first token, or after a special token
+            starts = self.word_starts[ids[cand]] | sentence_starts[cand]
+            starts |= np.r_[True, np.diff(cand) != 1]
             group = np.cumsum(starts) - 1  # (C,) word of each candidate
             chosen = _choose_groups(np.bincount(group), num, rng)
             positions = cand[np.isin(group, chosen)]
@@ -345,11 +369,12 @@ class BertPretrainingDataset(Dataset):
         rng = np.random.default_rng(seed)
         segments, label = self._segments(rng, self.samples[index])
         segments = self._truncate(rng, segments)
-        cls, sep = np.array([self.cls_id]), np.array([self.sep_id])
+        cls, sep = np.array([[self.cls_id, 1]]), np.array([[self.sep_id, 1]])
         parts = [cls, segments[0], sep] + ([segments[1], sep] if len(segments) == 2 else [])
-        seq = np.concatenate(parts)  # (n,) n <= S
+        rows = np.concatenate(parts)  # (n, 2) n <= S: tokens, sentence starts
+        seq = np.ascontiguousarray(rows[:, 0])  # (n,)
         n, n_first = len(seq), len(segments[0]) + 2
-        positions, labels = self._mask(rng, seq)
+        positions, labels = self._mask(rng, seq, rows[:, 1].astype(bool))
         S, P = self.max_seq_length, self.max_predictions
         out = {
             "input_ids": np.full(S, self.pad_id, dtype=np.int64),

@@ -1,8 +1,9 @@
 """The parity matrix: each parallel layout, run as a user runs it, against one process.
 
 Every run is ``tools/train.py`` (one process) or ``torchrun ... tools/train.py`` (several), on a
-shipped text config (``configs/gpt2_tiny.py``, ``configs/bert_tiny.py``) with its own data set
-and loaders, shrunk (2 layers, hidden 64, dropout 0, a few steps). Each layout is compared with
+shipped text config (``configs/gpt2_tiny.py``, ``configs/bert_tiny.py``, ``configs/llama_tiny.py``)
+with its own data set and loaders, shrunk (2 layers, hidden 64, dropout 0, a few steps); Llama
+runs the rows its own layers change (tp, fsdp: :data:`MODEL_LAYOUTS`). Each layout is compared with
 one process that trains on the same global batch, on:
 
 - **loss**: the logged training loss of every step (scalars.jsonl), largest relative difference;
@@ -17,10 +18,10 @@ A layout passes when loss, weights and metrics are within its tolerance (:data:`
 samples are right. ``--check`` exits 1 otherwise. The table in docs/parallel.md is
 ``--markdown``'s output (tests/parallel/test_parity.py holds them equal). The suite runs the rows
 the table's last column names, for that model, on the validation set only (``--suite``); without
-options the script runs every 2-process row for both models, the 4-process rows by hand
+options the script runs every 2-process row of each model, the 4-process rows by hand
 (``--layouts fsdp+tp hsdp``).
 
-    python benchmarks/parity.py [--models gpt2 bert] [--layouts ddp tp ...] [--steps 6]
+    python benchmarks/parity.py [--models gpt2 bert llama] [--layouts ddp tp ...] [--steps 6]
         [--check] [--json OUT] [--markdown]
 """
 
@@ -48,7 +49,16 @@ MODELS = {
     "bert": ("configs/bert_tiny.py", [
         "model.num_layers=2", "model.hidden_size=64", "model.num_heads=2",
         "model.ffn_hidden_size=256", "model.hidden_dropout=0.0", "model.attention_dropout=0.0"]),
+    # 4 query heads over 2 key/value heads (tensor parallel gives each process 2 and 1), SwiGLU
+    # 8H/3 wide rounded up to 256 (Llama's rule); no dropout to turn off
+    "llama": ("configs/llama_tiny.py", [
+        "model.num_layers=2", "model.hidden_size=64", "model.num_heads=4", "model.num_kv_heads=2",
+        "model.ffn_hidden_size=256"]),
 }
+NAMES = {"gpt2": "GPT-2", "bert": "BERT", "llama": "Llama"}
+# The layouts a model runs, where not all: Llama shares GPT-2's data path and steps, so only
+# what its own layers change (the split of query and key/value heads, its FSDP blocks)
+MODEL_LAYOUTS = {"llama": ("tp", "fsdp")}
 GLOBAL_BATCH = 8  # samples per optimizer step and micro-step, over all processes
 
 
@@ -76,7 +86,7 @@ _GPT, _BERT = ("gpt2",), ("bert",)
 LAYOUTS = {
     "ddp": Layout(2, data_shares=2, suite=_BERT),
     "fsdp": Layout(2, ("parallel.fsdp=2",), data_shares=2),
-    "tp": Layout(2, ("parallel.tensor=2",), suite=_GPT),
+    "tp": Layout(2, ("parallel.tensor=2",), suite=("gpt2", "llama")),
     "fsdp+ac": Layout(2, ("parallel.fsdp=2", "activation_checkpointing=blocks"), data_shares=2),
     "ddp+acc2": Layout(2, ("+optim_wrapper.accumulative_counts=2",), data_shares=2,
                        reference="acc2", suite=_BERT),
@@ -205,19 +215,24 @@ def passes(result: dict, layout: Layout) -> bool:
             and len(set(result["effective_batch"])) == 1)
 
 
+def runs(model: str, layout: str) -> bool:
+    """Whether the matrix has the row ``layout`` for ``model`` (:data:`MODEL_LAYOUTS`)."""
+    return layout in MODEL_LAYOUTS.get(model, LAYOUTS)
+
+
 def markdown() -> str:
     """The table of docs/parallel.md: what is compared, against what, within what."""
-    rows = ["| layout | processes | compared with one process | tolerance | in the suite |",
-            "|---|---|---|---|---|"]
+    rows = ["| layout | processes | models | compared with one process | tolerance | in the suite |",
+            "|---|---|---|---|---|---|"]
     for name, lay in LAYOUTS.items():
         ref = {"fp32": "fp32", "acc2": "fp32, accumulating 2 micro-batches",
                "bf16": "bf16 autocast"}[lay.reference]
         opts = ", ".join(f"`{o}`" for o in (*lay.flags, *(o for o in lay.options if o != _AOT)))
         note = f" ({lay.note})" if lay.note else ""
-        names = {"gpt2": "GPT-2", "bert": "BERT"}
-        by = f"{', '.join(names[m] for m in lay.suite)}" if lay.suite else "by hand"
-        rows.append(f"| {name}: {opts or 'torchrun alone'}{note} | {lay.nproc} | {ref} | "
-                    f"{lay.tolerance:g} | {by} |")
+        models = ", ".join(NAMES[m] for m in MODELS if runs(m, name))
+        by = f"{', '.join(NAMES[m] for m in lay.suite)}" if lay.suite else "by hand"
+        rows.append(f"| {name}: {opts or 'torchrun alone'}{note} | {lay.nproc} | {models} | "
+                    f"{ref} | {lay.tolerance:g} | {by} |")
     return "\n".join(rows)
 
 
@@ -245,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             sizes, refs = set_sizes(model, stages), {}
             for name in args.layouts:
                 lay = LAYOUTS[name]
-                if args.suite and model not in lay.suite:
+                if (args.suite and model not in lay.suite) or not runs(model, name):
                     continue
                 try:
                     if lay.reference not in refs:

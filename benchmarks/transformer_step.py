@@ -1,17 +1,22 @@
-"""libai's BERT and GPT-2 against Hugging Face transformers: one training step, same weights.
+"""libai's BERT, GPT-2 and Llama against Hugging Face transformers: one training step, same weights.
 
 Pairs: libai ``BertForPreTraining`` vs ``transformers.BertForPreTraining``, libai
-``GPTForCausalLM`` vs ``transformers.GPT2LMHeadModel``. The Hugging Face model is built first
-(its own init: N(0, 0.02), GPT-2's scaled residual projections) and its weights are converted into
-the libai model, so both start identical; their eval losses on the batch are printed to show it.
+``GPTForCausalLM`` vs ``transformers.GPT2LMHeadModel``, libai ``LlamaForCausalLM`` vs
+``transformers.LlamaForCausalLM``. The Hugging Face model is built first (its own init: N(0,
+0.02), GPT-2's scaled residual projections) and its weights are converted into the libai model,
+so both start identical; their eval losses on the batch are printed to show it.
 Both then train on the same batch in train mode (dropout on): forward, backward, AdamW step.
 
 - BERT: libai gets the original ``max_predictions_per_seq`` format (``mlm_positions`` +
   ``mlm_labels``, (B, P)), so its MLM head projects B*P positions to the vocabulary; Hugging Face
   gets the same targets as (B, S) labels with -100 elsewhere (its only format), and projects all
   B*S. Both compute NSP.
-- GPT-2: libai gets labels already shifted (``labels[t] = input_ids[t + 1]``, -100 at the end);
-  Hugging Face gets ``labels=input_ids`` and shifts inside. The same S - 1 tokens are predicted.
+- GPT-2 and Llama: libai gets labels already shifted (``labels[t] = input_ids[t + 1]``, -100 at
+  the end); Hugging Face gets ``labels=input_ids`` and shifts inside. The same S - 1 tokens are
+  predicted.
+- Llama: the width and heads of the others, a quarter as many key/value heads (grouped-query
+  attention), SwiGLU 8H/3 wide rounded up to a multiple of 256 (Llama's rule; 2048 at hidden
+  768), RoPE, an untied LM head, Llama 2's 32,000-token vocabulary (``--llama-vocab``).
 
 Timing (these machines are noisy): ``--rounds`` rounds, each running ``--steps`` steps of one
 model then of the other, the order alternating by round; the ratio libai/HF of each round, and the
@@ -24,7 +29,7 @@ FLOPs are those of the libai step (forward + backward, counted once with
 ``torch.utils.flop_counter.FlopCounterMode``) and are used for both models: they are the useful
 work (Hugging Face BERT also projects the unmasked positions to the vocabulary).
 
-    python benchmarks/transformer_step.py [--models bert gpt] [--layers 4] [--hidden 768]
+    python benchmarks/transformer_step.py [--models bert gpt llama] [--layers 4] [--hidden 768]
         [--heads 12] [--seq 128] [--batch 2] [--predictions 20] [--rounds 7] [--steps 1]
         [--threads 1] [--no-cpu] [--gpu-layers 12] [--gpu-batch 32] [--gpu-seq 512]
         [--gpu-steps 10] [--bf16-on-cpu]
@@ -101,6 +106,27 @@ def gpt_pair(layers: int, hidden: int, heads: int, batch: int, seq: int, vocab: 
     ids = torch.randint(0, vocab, (batch, seq))
     labels = torch.cat([ids[:, 1:], torch.full((batch, 1), -100)], dim=1)  # (B, S) shifted
     return Pair("GPT-2", _libai_twin(hf), hf, dict(input_ids=ids, labels=labels),
+                dict(input_ids=ids, labels=ids), batch * seq)
+
+
+def llama_ffn(hidden: int) -> int:
+    """Llama's SwiGLU width: 8H/3 rounded up to a multiple of 256."""
+    return -(-8 * hidden // 3 // 256) * 256
+
+
+def llama_pair(layers: int, hidden: int, heads: int, batch: int, seq: int, vocab: int) -> Pair:
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=llama_ffn(hidden),
+        num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 4), max_position_embeddings=max(2048, seq),
+        rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)
+    hf = transformers.LlamaForCausalLM(cfg)
+    ids = torch.randint(0, vocab, (batch, seq))
+    labels = torch.cat([ids[:, 1:], torch.full((batch, 1), -100)], dim=1)  # (B, S) shifted
+    return Pair("Llama", _libai_twin(hf), hf, dict(input_ids=ids, labels=labels),
                 dict(input_ids=ids, labels=ids), batch * seq)
 
 
@@ -182,14 +208,19 @@ def build(name: str, args: argparse.Namespace, layers: int, batch: int, seq: int
     if name == "bert":
         predictions = min(seq, max(1, round(args.predictions * seq / args.seq)))
         return bert_pair(layers, args.hidden, args.heads, batch, seq, predictions, args.bert_vocab)
+    if name == "llama":
+        return llama_pair(layers, args.hidden, args.heads, batch, seq, args.llama_vocab)
     return gpt_pair(layers, args.hidden, args.heads, batch, seq, args.gpt_vocab)
 
 
 def describe(pair: Pair, layers: int, args: argparse.Namespace, batch: int, seq: int) -> str:
+    c = pair.ours.config
     extra = (f", {pair.ours_batch['mlm_positions'].shape[1]} predictions/seq"
              if pair.name == "BERT" else "")
-    return (f"{pair.name}: {layers} layers, hidden {args.hidden}, {args.heads} heads, ffn "
-            f"{4 * args.hidden}, vocab {pair.ours.vocab_size}, batch {batch} x seq {seq}{extra}")
+    kv = f" ({c['num_kv_heads']} key/value)" if c.get("num_kv_heads") else ""
+    return (f"{pair.name}: {layers} layers, hidden {args.hidden}, {args.heads} heads{kv}, ffn "
+            f"{c.get('ffn_hidden_size') or 4 * args.hidden}, vocab {pair.ours.vocab_size}, "
+            f"batch {batch} x seq {seq}{extra}")
 
 
 def run_cpu(name: str, args: argparse.Namespace) -> None:
@@ -227,9 +258,11 @@ def run_bf16(name: str, args: argparse.Namespace, device: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", choices=["bert", "gpt"], default=["bert", "gpt"])
+    parser.add_argument("--models", nargs="+", choices=["bert", "gpt", "llama"],
+                        default=["bert", "gpt", "llama"])
     parser.add_argument("--layers", type=int, default=4, help="CPU: transformer blocks")
-    parser.add_argument("--hidden", type=int, default=768, help="width; ffn is 4x")
+    parser.add_argument("--hidden", type=int, default=768,
+                        help="width; ffn is 4x (Llama: 8/3x, rounded up to 256)")
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--seq", type=int, default=128, help="CPU: sequence length")
     parser.add_argument("--batch", type=int, default=2, help="CPU: sequences per step")
@@ -237,6 +270,7 @@ def main() -> None:
                         help="BERT masked positions per sequence at --seq (scaled for --gpu-seq)")
     parser.add_argument("--bert-vocab", type=int, default=30522)
     parser.add_argument("--gpt-vocab", type=int, default=50257)
+    parser.add_argument("--llama-vocab", type=int, default=32000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=1, help="CPU: steps per model per round")
     parser.add_argument("--threads", type=int, default=1)

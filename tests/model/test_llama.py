@@ -299,6 +299,25 @@ def test_load_from_folder_and_other_dims_refused(tmp_path):
     assert "set model.num_kv_heads=2 in the config" in str(e.value) and "\n" not in str(e.value)
 
 
+@needs_hf
+def test_transformer_step_benchmark_pairs_the_same_llama(load_script):
+    bench = load_script(os.path.join(ROOT, "benchmarks", "transformer_step.py"), "transformer_step")
+    assert bench.llama_ffn(768) == 2048 and bench.llama_ffn(64) == 256  # Llama's rounding
+    pair = bench.llama_pair(layers=1, hidden=64, heads=4, batch=2, seq=16, vocab=500)
+    assert pair.ours.config.num_kv_heads == 1 and not pair.ours.config.tie_word_embeddings
+    ours, hf = bench.eval_losses(pair)
+    assert abs(ours - hf) < 1e-5
+    ours_t, hf_t = bench.compare(pair, rounds=1, steps=1, warmup=1, autocast=_no_autocast,
+                                 sync=lambda: None)
+    assert len(ours_t) == len(hf_t) == 1
+
+
+def _no_autocast():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
 # ----------------------------------------------------------------------------- parallel
 class _Mesh:
     def __init__(self, size):

@@ -358,7 +358,7 @@ class LlamaForCausalLM(nn.Module):
         # the whole shape is given, as the vocabulary may not split evenly
         shape = torch.Size((*logits.shape[:-1], self.vocab_size))
         logits = DTensor.from_local(logits, w.device_mesh, [Shard(-1)], run_check=False,
-                                    shape=shape, stride=_contiguous_strides(shape))
+                                    shape=shape, stride=torch.empty(shape, device="meta").stride())
         return logits if self.training else logits.full_tensor()
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -389,11 +389,3 @@ class LlamaForCausalLM(nn.Module):
         return generate(self, input_ids, max_new_tokens, attention_mask=attention_mask,
                         temperature=temperature, top_k=top_k, top_p=top_p, do_sample=do_sample,
                         eos_token_id=eos_token_id, generator=generator)
-
-
-def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= size
-    return tuple(reversed(strides))

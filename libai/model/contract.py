@@ -111,7 +111,7 @@ CONTRACT: tuple[ContractField, ...] = (
     ContractField(
         "config", "attribute", False,
         ("libai/model/zoo/hf.py", "libai/model/zoo/hf_mapping.py",
-         "libai/cli/convert_checkpoint.py"),
+         "libai/cli/convert_checkpoint.py", "libai/runner/build.py"),
         "The constructor's arguments as a mapping (the zoo's `BertConfig`, `GPTConfig`): "
         "`MODELS.build(dict(type=..., **model.config))` builds the same model."),
     ContractField(

@@ -152,10 +152,14 @@ def check_model_fits_data(model: nn.Module, loader: Any, section: str) -> None:
     _check_classes(model, meta, section)
     length, positions = meta.get("max_seq_length"), getattr(model, "max_position_embeddings", None)
     if isinstance(length, int) and isinstance(positions, int) and length > positions:
+        # RoBERTa's table holds its padding offset too: the config value to set is larger
+        declared = (getattr(model, "config", None) or {}).get("max_position_embeddings")
+        offset = declared - positions if isinstance(declared, int) and declared > positions else 0
         raise ConfigError(
             f"{section}.dataset makes sequences of {length} tokens but the model has only "
             f"max_position_embeddings={positions}: shorten the dataset's sequence length or raise "
-            f"model.max_position_embeddings to at least {length}."
+            f"model.max_position_embeddings to at least {length + offset}"
+            + (f" ({offset} of its positions go to the padding offset)." if offset else ".")
         )
 
 

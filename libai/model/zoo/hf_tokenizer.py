@@ -164,8 +164,11 @@ def _roberta_files(tokenizer: Any, max_length: int) -> dict[str, str]:
             f"a roberta model exports with RoBERTa's special tokens, but the tokenizer has no "
             f"{', '.join(f'{r}_token' for r in missing)}: train it with special_tokens=['<s>', "
             f"'<pad>', '</s>', '<unk>', '<mask>'] or pass the tokenizer the model was trained with")
-    backend = type(tokenizer.backend).from_str(tokenizer.backend.to_str())  # a copy
-    data = json.loads(backend.to_str())
+    data = json.loads(tokenizer.backend.to_str())
+    for token in data.get("added_tokens", []):  # roberta-base's <mask> takes the space before
+        if token["content"] == roles["mask"]:  # it ("the <mask>." as "the" + <mask> + ".")
+            token["lstrip"] = True
+    backend = type(tokenizer.backend).from_str(json.dumps(data))  # a copy
     pre = data.get("pre_tokenizer") or {}
     prefix_space = bool(pre.get("add_prefix_space", False))
     backend.post_processor = RobertaProcessing(  # (sep, cls) by position: no keywords

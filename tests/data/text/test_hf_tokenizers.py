@@ -235,6 +235,9 @@ def test_roberta_tokenizer_files_load_in_autotokenizer(tmp_path):
     assert hf(LINES[0])["input_ids"] == [0, *a, 2]  # <s> A </s>, as Hugging Face frames RoBERTa
     assert hf(LINES[0], LINES[1])["input_ids"] == [0, *a, 2, 2, *b, 2]
     assert TextTokenizer.load(tmp_path / "out").special_tokens == tok.special_tokens
+    # <mask> takes the space before it, as roberta-base's does (fill-mask prompts)
+    words = hf("the <mask>.", add_special_tokens=False)["input_ids"]
+    assert words == [*tok.encode("the"), 4, *tok.encode(".")]
 
 
 def test_roberta_export_refuses_a_tokenizer_without_robertas_tokens(tmp_path):

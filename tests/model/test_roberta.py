@@ -228,6 +228,20 @@ def test_errors_are_one_line():
         model.train()(dict(input_ids=long[:, :S]))
 
 
+def test_data_longer_than_the_table_names_the_config_value_with_the_offset():
+    from types import SimpleNamespace
+
+    from libai.runner.build import check_model_fits_data
+
+    model = RobertaForMaskedLM(**OURS)  # a table of S + 2 rows: S tokens
+    loader = SimpleNamespace(dataset=SimpleNamespace(metainfo={"max_seq_length": S + 4}))
+    with pytest.raises(ConfigError) as exc:
+        check_model_fits_data(model, loader, "train_dataloader")
+    assert f"model.max_position_embeddings to at least {S + 6} (2 of its" in one_line(exc)
+    check_model_fits_data(model, SimpleNamespace(dataset=SimpleNamespace(
+        metainfo={"max_seq_length": S})), "train_dataloader")
+
+
 # ----------------------------------------------------------------------------- wrong loads
 def make_runner(tmp_path, model):
     return Runner.from_cfg(dict(model=model, work_dir=str(tmp_path / "work"),

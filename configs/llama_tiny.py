@@ -2,8 +2,9 @@
 # trained from scratch on the built-in Shakespeare: the data, size, steps and schedule of
 # configs/gpt2_tiny.py (blocks of 128 tokens, an 8,192-token byte-level BPE vocabulary), so the
 # two compare. The SwiGLU's three 128 x 344 matrices hold about what GPT-2's two 128 x 512 do;
-# rotary positions replace the learned ones (RoPE base 10,000: the context is short). No dropout,
-# as Llama. Trains on 2 CPU cores in a few minutes; then sample from it:
+# rotary positions replace the learned ones, with base 10,000 for the short context (Llama 3's
+# frequency scaling, kept from the base config, only touches wavelengths over 2,048 tokens). No
+# dropout, as Llama. Trains on 2 CPU cores in a few minutes; then sample from it:
 #   python tools/train.py configs/llama_tiny.py
 #   python tools/generate.py configs/llama_tiny.py work_dirs/llama_tiny/iter_1200.pth --prompt "ROMEO:"
 _base_ = [
@@ -31,7 +32,6 @@ model = dict(
     ffn_hidden_size=344,
     max_position_embeddings=_seq,
     rope_theta=10000.0,
-    rope_scaling=None,
 )
 optim_wrapper = dict(optimizer=dict(lr=1e-3))
 param_scheduler = [  # warm-up: 100 iterations but at most 10% of the run; decay to the end

@@ -134,7 +134,7 @@ class LlamaConfig(ModelConfig):
         for key, fits, wanted in (("rms_norm_eps", lambda v: v > 0, "a positive number"),
                                   ("rope_theta", lambda v: v > 0, "a positive number"),
                                   ("init_std", lambda v: v >= 0, "a number >= 0"),
-                                  ("attention_dropout", lambda v: v <= 1 and v >= 0, "in [0, 1]")):
+                                  ("attention_dropout", lambda v: 0 <= v <= 1, "in [0, 1]")):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not math.isfinite(value) or not fits(value):

@@ -6,7 +6,7 @@
 - ``wrappers.py``: DDP and graph mode (torch.compile) around a model.
 - ``generation.py``: :func:`generate`, decoding for the causal LMs (padded batches, sampling).
 - ``layers/``: transformer building blocks (attention, MLP, embeddings, heads, init helpers).
-- ``zoo/``: architectures built from them (the digits MLP, BERT, GPT-2) and their
+- ``zoo/``: architectures built from them (the digits MLP, BERT, RoBERTa, GPT-2, Llama) and their
   fine-tuning heads, registered in MODELS.
 """
 
@@ -38,7 +38,9 @@ from .zoo.gpt import (
     GPTModel,
 )
 from .zoo.hf import from_hf_pretrained, load_hf_pretrained, save_hf_pretrained
+from .zoo.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 from .zoo.mlp import DigitsMLP, MLPClassifier
+from .zoo.roberta import RobertaConfig, RobertaForMaskedLM, RobertaModel
 
 __all__ = [
     "CONTRACT",
@@ -58,7 +60,13 @@ __all__ = [
     "GPTForCausalLM",
     "GPTForSequenceClassification",
     "GPTModel",
+    "LlamaConfig",
+    "LlamaForCausalLM",
+    "LlamaModel",
     "MLPClassifier",
+    "RobertaConfig",
+    "RobertaForMaskedLM",
+    "RobertaModel",
     "check_model",
     "compile_model",
     "from_hf_pretrained",

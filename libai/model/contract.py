@@ -104,6 +104,11 @@ CONTRACT: tuple[ContractField, ...] = (
         "On a block class: `{submodule path: style}`, style 'colwise', 'rowwise' or 'vocab': "
         "how `parallel.tensor` splits it. Without any, tensor parallel stops with an error."),
     ContractField(
+        "tp_divisible", "submodule attribute", False, ("libai/parallel/apply.py",),
+        "On a block with a `tp_plan`: `{config path: count}` that `parallel.tensor` must divide "
+        "(the heads; Llama's query and key/value heads): a size that does not is one line "
+        "before any split."),
+    ContractField(
         "hf_model_type", "attribute", False,
         ("libai/model/zoo/hf.py", "libai/model/zoo/hf_mapping.py"),
         "`'bert'`, `'gpt2'`, `'llama'` or `'roberta'`: the model converts to and from Hugging Face folders "

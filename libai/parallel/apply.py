@@ -112,8 +112,9 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: Any, src_data_rank: int | N
 
     A ``tp_plan`` is a class attribute ``{submodule path: "colwise" | "rowwise"}`` relative to the
     module (``TransformerBlock`` has one). A module may also declare ``tp_divisible``
-    (``{config path: count}``): counts the tensor size must divide, checked before any split. ``src_data_rank``: the rank whose weights every
-    process gets its part of (None: each splits its own, as ``rank0_init`` needs).
+    (``{config path: count}``): counts the tensor size must divide, checked before any split.
+    ``src_data_rank``: the rank whose weights every process gets its part of (None: each splits
+    its own, as ``rank0_init`` needs).
     """
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import (

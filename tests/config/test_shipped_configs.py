@@ -11,7 +11,8 @@ from libai.config import Config
 from libai.registry import MODELS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TEXT = ["bert_tiny", "bert_base", "bert_large", "gpt2_tiny", "gpt2_small", "roberta_tiny"]
+TEXT = ["bert_tiny", "bert_base", "bert_large", "gpt2_tiny", "gpt2_small", "roberta_tiny",
+        "llama_tiny", "llama3_1b"]
 
 
 def load(name):

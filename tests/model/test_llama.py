@@ -479,3 +479,16 @@ def test_llama3_1b_fast_dev_run_on_cpu_shrunk(tmp_path):
 
 if __name__ == "__main__":
     _worker()
+
+
+def test_gpt2_and_bert_blocks_refuse_a_size_that_does_not_divide_their_heads():
+    from libai.parallel import apply_tensor_parallel
+    from libai.registry import MODELS
+
+    for kind in ("GPTForCausalLM", "BertForPreTraining"):
+        model = MODELS.build(dict(type=kind, vocab_size=64, hidden_size=48, num_layers=1,
+                                  num_heads=6, ffn_hidden_size=96))
+        with pytest.raises(ConfigError) as e:
+            apply_tensor_parallel(model, _Mesh(4))
+        assert str(e.value).startswith("parallel.tensor=4 does not divide model.num_heads=6")
+        assert "choose parallel.tensor among [1, 2, 3, 6]" in str(e.value)

@@ -20,7 +20,8 @@ class TransformerBlock(nn.Module):
 
     The norms are named by the sub-layer they belong to (``attn_norm``, ``mlp_norm``) in both
     orders. ``tp_plan`` says how the block shards for tensor parallelism: q/k/v and fc1
-    column-wise, the two output projections row-wise.
+    column-wise, the two output projections row-wise; ``tp_divisible`` that the tensor size
+    must divide the heads.
 
     Args:
         hidden_size: Model width H.
@@ -42,6 +43,7 @@ class TransformerBlock(nn.Module):
                  pre_norm: bool = False) -> None:
         super().__init__()
         self.pre_norm = pre_norm
+        self.tp_divisible = {"model.num_heads": num_heads}  # whole heads per tensor-parallel rank
         self.attn = SelfAttention(hidden_size, num_heads, attention_dropout, hidden_dropout)
         self.attn_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
         self.mlp = MLP(hidden_size, ffn_hidden_size, activation, hidden_dropout)

@@ -378,11 +378,11 @@ class LlamaForCausalLM(nn.Module):
         out["num_items"] = {"loss": out["num_tokens"].sum()}
         return out
 
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
-                 attention_mask: torch.Tensor | None = None, temperature: float = 1.0,
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, do_sample: bool = False,
                  eos_token_id: int | list[int] | None = None,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
+                 generator: torch.Generator | None = None,
+                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Continue ``input_ids`` (B, S) by up to ``max_new_tokens`` tokens; returns (B, S + n):
         :func:`libai.model.generation.generate` on this model, where the arguments are described
         (``attention_mask`` batches prompts padded on the left)."""

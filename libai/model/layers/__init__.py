@@ -10,7 +10,14 @@ from .attention import (
 )
 from .block import TransformerBlock
 from .embedding import TransformerEmbeddings
-from .heads import MaskedLMHead, Pooler, TiedLMHead, lm_token_stats, parallel_loss
+from .heads import (
+    MaskedLMHead,
+    Pooler,
+    TiedLMHead,
+    causal_lm_outputs,
+    lm_token_stats,
+    parallel_loss,
+)
 from .init import init_transformer_weights, scale_residual_projections
 from .kv_cache import GrowingKVCache
 from .mlp import ACTIVATIONS, MLP, SwiGLU, get_activation
@@ -32,6 +39,7 @@ __all__ = [
     "TransformerBlock",
     "TransformerEmbeddings",
     "apply_rotary_emb",
+    "causal_lm_outputs",
     "causal_padding_mask",
     "check_rope_scaling",
     "get_activation",

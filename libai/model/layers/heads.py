@@ -9,9 +9,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from libai.utils.errors import DataError
+
 from .mlp import get_activation
 
-__all__ = ["MaskedLMHead", "Pooler", "TiedLMHead", "lm_token_stats", "parallel_loss"]
+__all__ = ["MaskedLMHead", "Pooler", "TiedLMHead", "causal_lm_outputs", "lm_token_stats",
+           "parallel_loss"]
 
 
 class MaskedLMHead(nn.Module):
@@ -107,3 +110,36 @@ def lm_token_stats(logits: torch.Tensor, labels: torch.Tensor,
     correct = (logits.argmax(-1) == labels) & valid  # (B, T)
     return {"nll_sum": nll.view_as(labels).sum(1), "num_tokens": valid.sum(1),
             "num_correct": correct.sum(1)}
+
+
+def causal_lm_outputs(logits: torch.Tensor, labels: torch.Tensor | None, training: bool,
+                      owner: str) -> dict[str, torch.Tensor]:
+    """What a causal LM's ``forward(batch)`` returns, from its logits and the dataset's labels.
+
+    Args:
+        logits: (B, S, V) next-token scores (a vocabulary-split DTensor under tensor parallel).
+        labels: (B, S) the next token of each position (already shifted), -100 where nothing is
+            predicted; None in a batch to predict only.
+        training: Train mode: the loss only.
+        owner: The model's class name, for the message.
+
+    Returns:
+        Train mode: ``{"loss", "num_items"}`` (the mean cross-entropy over the predicted tokens,
+        and their count). Eval mode: ``{"loss", "nll_sum", "num_tokens", "num_correct",
+        "num_items"}`` (see :func:`lm_token_stats`), or ``{"logits"}`` without labels.
+
+    Raises:
+        DataError: A training batch without labels.
+    """
+    if training:
+        if labels is None:
+            raise DataError(f"{owner} needs 'labels' (B, S) in a training batch: the next token "
+                            f"of each position, -100 where nothing is predicted")
+        return {"loss": parallel_loss(F.cross_entropy(logits.flatten(0, 1), labels.flatten())),
+                "num_items": {"loss": (labels != -100).sum()}}  # tokens predicted
+    if labels is None:
+        return {"logits": logits}
+    out = lm_token_stats(logits, labels)
+    out["loss"] = out["nll_sum"].sum() / out["num_tokens"].sum().clamp(min=1)
+    out["num_items"] = {"loss": out["num_tokens"].sum()}
+    return out

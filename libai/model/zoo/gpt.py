@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from libai.registry import MODELS
@@ -38,11 +37,10 @@ from ..layers import (
     TiedLMHead,
     TransformerBlock,
     TransformerEmbeddings,
+    causal_lm_outputs,
     causal_padding_mask,
     init_transformer_weights,
-    lm_token_stats,
     padding_position_ids,
-    parallel_loss,
     scale_residual_projections,
 )
 from .classification import check_problem_type, classification_loss
@@ -199,19 +197,7 @@ class GPTForCausalLM(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         logits = self.logits(batch["input_ids"],
                              attention_mask=batch.get("attention_mask"))  # (B, S, V)
-        labels = batch.get("labels")
-        if self.training:
-            if labels is None:
-                raise DataError("GPTForCausalLM needs 'labels' (B, S) in a training batch: the "
-                                "next token of each position, -100 where nothing is predicted")
-            return {"loss": parallel_loss(F.cross_entropy(logits.flatten(0, 1), labels.flatten())),
-                    "num_items": {"loss": (labels != -100).sum()}}  # tokens predicted
-        if labels is None:
-            return {"logits": logits}
-        out = lm_token_stats(logits, labels)
-        out["loss"] = out["nll_sum"].sum() / out["num_tokens"].sum().clamp(min=1)
-        out["num_items"] = {"loss": out["num_tokens"].sum()}
-        return out
+        return causal_lm_outputs(logits, batch.get("labels"), self.training, "GPTForCausalLM")
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, do_sample: bool = False,

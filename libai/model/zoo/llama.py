@@ -36,11 +36,10 @@ from ..layers import (
     SwiGLU,
     TiedLMHead,
     apply_rotary_emb,
+    causal_lm_outputs,
     causal_padding_mask,
     check_rope_scaling,
-    lm_token_stats,
     padding_position_ids,
-    parallel_loss,
 )
 from .config import ModelConfig, config_signature
 
@@ -364,19 +363,7 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         logits = self.logits(batch["input_ids"],
                              attention_mask=batch.get("attention_mask"))  # (B, S, V)
-        labels = batch.get("labels")
-        if self.training:
-            if labels is None:
-                raise DataError("LlamaForCausalLM needs 'labels' (B, S) in a training batch: "
-                                "the next token of each position, -100 where nothing is predicted")
-            return {"loss": parallel_loss(F.cross_entropy(logits.flatten(0, 1), labels.flatten())),
-                    "num_items": {"loss": (labels != -100).sum()}}  # tokens predicted
-        if labels is None:
-            return {"logits": logits}
-        out = lm_token_stats(logits, labels)
-        out["loss"] = out["nll_sum"].sum() / out["num_tokens"].sum().clamp(min=1)
-        out["num_items"] = {"loss": out["num_tokens"].sum()}
-        return out
+        return causal_lm_outputs(logits, batch.get("labels"), self.training, "LlamaForCausalLM")
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, do_sample: bool = False,

@@ -164,14 +164,8 @@ def _bert_from_hf(c: dict[str, Any], state: State, target: str | None) -> tuple[
     for h, o in _bert_pairs(kwargs["num_layers"], hf, ours):
         if h in state:
             out[o] = state.pop(h)
-    decoder_w = state.pop("cls.predictions.decoder.weight", None)
-    decoder_b = state.pop("cls.predictions.decoder.bias", None)
-    bias = state.pop("cls.predictions.bias", decoder_b)
-    if bias is not None:
-        out["mlm_head.bias"] = bias
-    _check_tied(decoder_w, out.get(f"{ours}embeddings.word_embeddings.weight"),
-                "cls.predictions.decoder.weight")
-    _check_tied(decoder_b, bias, "cls.predictions.decoder.bias", "cls.predictions.bias")
+    pop_tied_mlm_head(state, out, f"{ours}embeddings.word_embeddings.weight",
+                      "cls.predictions.decoder", "cls.predictions.bias")
     out.update(state)  # whatever is left keeps its name: a strict load reports it
     return {"type": cfg_type, **kwargs}, out
 
@@ -192,6 +186,19 @@ def _bert_pairs(num_layers: int, hf: str, ours: str) -> list[tuple[str, str]]:
     pairs = [(f"{hf}{h}.{p}", f"{ours}{o}.{p}") for h, o in modules for p in ("weight", "bias")
              if not (p == "bias" and "_embeddings" in o)]
     return pairs + [(f"{h}.{p}", f"{o}.{p}") for h, o in _BERT_HEADS for p in ("weight", "bias")]
+
+
+def pop_tied_mlm_head(state: State, out: State, word_key: str, decoder: str, bias_key: str) -> None:
+    """Move a masked-LM head's output bias (``bias_key``, else the decoder's) from the Hugging
+    Face ``state`` to ``out["mlm_head.bias"]``, checking that the ``decoder`` Linear is the
+    tied one: its weight the word embeddings (``out[word_key]``), its bias that bias."""
+    decoder_w = state.pop(f"{decoder}.weight", None)
+    decoder_b = state.pop(f"{decoder}.bias", None)
+    bias = state.pop(bias_key, decoder_b)
+    if bias is not None:
+        out["mlm_head.bias"] = bias
+    _check_tied(decoder_w, out.get(word_key), f"{decoder}.weight")
+    _check_tied(decoder_b, bias, f"{decoder}.bias", bias_key)
 
 
 def _check_tied(extra: torch.Tensor | None, tied: torch.Tensor | None, name: str,

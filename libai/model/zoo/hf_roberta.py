@@ -18,7 +18,14 @@ from torch import nn
 
 from libai.utils.errors import CheckpointError
 
-from .hf_mapping import _ACT_TO_HF, _BERT_HEADS, _act, _bert_pairs, _check_tied, _refuse
+from .hf_mapping import (
+    _ACT_TO_HF,
+    _BERT_HEADS,
+    _act,
+    _bert_pairs,
+    _refuse,
+    pop_tied_mlm_head,
+)
 from .roberta import RobertaModel
 
 __all__ = ["roberta_from_hf", "roberta_to_hf"]
@@ -87,14 +94,8 @@ def roberta_from_hf(c: dict[str, Any], state: State, target: str | None) -> tupl
     for h, o in _encoder_pairs(kwargs["num_layers"], hf, ours) + _head_pairs():
         if h in state:
             out[o] = state.pop(h)
-    decoder_w = state.pop("lm_head.decoder.weight", None)
-    decoder_b = state.pop("lm_head.decoder.bias", None)
-    bias = state.pop("lm_head.bias", decoder_b)
-    if bias is not None:
-        out["mlm_head.bias"] = bias
-    _check_tied(decoder_w, out.get(f"{ours}embeddings.word_embeddings.weight"),
-                "lm_head.decoder.weight")
-    _check_tied(decoder_b, bias, "lm_head.decoder.bias", "lm_head.bias")
+    pop_tied_mlm_head(state, out, f"{ours}embeddings.word_embeddings.weight", "lm_head.decoder",
+                      "lm_head.bias")
     out.update(state)  # whatever is left keeps its name: a strict load reports it
     return {"type": cfg_type, **kwargs}, out
 

@@ -303,8 +303,18 @@ def _bert_to_hf(model: nn.Module, a: dict[str, Any], state: State) -> tuple[dict
     out = {h: state.pop(o) for h, o in _bert_pairs(a["num_layers"], hf, ours) if o in state}
     if "mlm_head.bias" in state:
         out["cls.predictions.bias"] = state.pop("mlm_head.bias")
-    config = dict(
-        architectures=[arch], model_type="bert", vocab_size=a["vocab_size"],
+    config = bert_hf_config(a, arch, "bert")
+    if isinstance(model, _BERT_CLASSIFIERS):
+        config["classifier_dropout"] = a["classifier_dropout"]
+    if isinstance(model, BertForSequenceClassification):
+        config["problem_type"] = a["problem_type"]
+    return config, out
+
+
+def bert_hf_config(a: Any, arch: str, model_type: str) -> dict[str, Any]:
+    """The ``config.json`` of a BERT-shaped encoder (BERT, RoBERTa) from its libai config."""
+    return dict(
+        architectures=[arch], model_type=model_type, vocab_size=a["vocab_size"],
         hidden_size=a["hidden_size"], num_hidden_layers=a["num_layers"],
         num_attention_heads=a["num_heads"], intermediate_size=a["ffn_hidden_size"],
         hidden_act=_ACT_TO_HF[a["activation"]], hidden_dropout_prob=a["hidden_dropout"],
@@ -313,11 +323,6 @@ def _bert_to_hf(model: nn.Module, a: dict[str, Any], state: State) -> tuple[dict
         type_vocab_size=a["type_vocab_size"], initializer_range=a["init_std"],
         layer_norm_eps=a["layer_norm_eps"], pad_token_id=a["pad_token_id"],
         position_embedding_type="absolute")
-    if isinstance(model, _BERT_CLASSIFIERS):
-        config["classifier_dropout"] = a["classifier_dropout"]
-    if isinstance(model, BertForSequenceClassification):
-        config["problem_type"] = a["problem_type"]
-    return config, out
 
 
 def _label_config(model: nn.Module, label_names: Sequence[str] | None) -> dict[str, Any]:

@@ -19,11 +19,11 @@ from torch import nn
 from libai.utils.errors import CheckpointError
 
 from .hf_mapping import (
-    _ACT_TO_HF,
     _BERT_HEADS,
     _act,
     _bert_pairs,
     _refuse,
+    bert_hf_config,
     pop_tied_mlm_head,
 )
 from .roberta import RobertaModel
@@ -118,14 +118,4 @@ def roberta_to_hf(model: nn.Module, a: Any, state: State) -> tuple[dict, State]:
     out = {h: state.pop(o) for h, o in pairs if o in state}
     if "mlm_head.bias" in state:
         out["lm_head.bias"] = state.pop("mlm_head.bias")
-    config = dict(
-        architectures=[arch], model_type="roberta", vocab_size=a["vocab_size"],
-        hidden_size=a["hidden_size"], num_hidden_layers=a["num_layers"],
-        num_attention_heads=a["num_heads"], intermediate_size=a["ffn_hidden_size"],
-        hidden_act=_ACT_TO_HF[a["activation"]], hidden_dropout_prob=a["hidden_dropout"],
-        attention_probs_dropout_prob=a["attention_dropout"],
-        max_position_embeddings=a["max_position_embeddings"],
-        type_vocab_size=a["type_vocab_size"], initializer_range=a["init_std"],
-        layer_norm_eps=a["layer_norm_eps"], pad_token_id=a["pad_token_id"],
-        position_embedding_type="absolute")
-    return config, out
+    return bert_hf_config(a, arch, "roberta"), out

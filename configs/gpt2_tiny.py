@@ -1,6 +1,6 @@
 # A tiny GPT-2 (4 layers, hidden 128, 4 heads) trained from scratch on the built-in Shakespeare,
-# blocks of 128 tokens, an 8,192-token byte-level BPE vocabulary. Trains on 2 CPU cores in a few
-# minutes; then sample from it:
+# blocks of 128 tokens, an 8,192-token byte-level BPE vocabulary. Trains on 2 CPU cores in about
+# 17 minutes; then sample from it:
 #   python tools/train.py configs/gpt2_tiny.py
 #   python tools/generate.py configs/gpt2_tiny.py work_dirs/gpt2_tiny/iter_1200.pth --prompt "ROMEO:"
 _base_ = [

@@ -4,7 +4,8 @@
 # two compare. The SwiGLU's three 128 x 344 matrices hold about what GPT-2's two 128 x 512 do;
 # rotary positions replace the learned ones, with base 10,000 for the short context (Llama 3's
 # frequency scaling, kept from the base config, only touches wavelengths over 2,048 tokens). No
-# dropout, as Llama. Trains on 2 CPU cores in a few minutes; then sample from it:
+# dropout, as Llama. Trains on 2 CPU cores in about 14 minutes (validation perplexity 159 at the
+# end, gpt2_tiny 224); then sample from it:
 #   python tools/train.py configs/llama_tiny.py
 #   python tools/generate.py configs/llama_tiny.py work_dirs/llama_tiny/iter_1200.pth --prompt "ROMEO:"
 _base_ = [

@@ -2,7 +2,7 @@
 # way on the built-in Shakespeare: masked LM only (no next sentence), masks drawn anew each
 # epoch (dynamic masking), an 8,192-token byte-level BPE with RoBERTa's <s> <pad> </s> <unk>
 # <mask>, sequences of 128 tokens (130 position rows: positions count from <pad> = 1).
-# Trains on 2 CPU cores in a few minutes:
+# bert_tiny's steps and schedule:
 #   python tools/train.py configs/roberta_tiny.py
 #   python tools/test.py configs/roberta_tiny.py work_dirs/roberta_tiny/iter_1500.pth
 _base_ = [

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from libai.utils.errors import ConfigError
@@ -77,9 +78,5 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(ffn_hidden_size, hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate = self.gate_proj(x)  # (B, S, F)
-        # silu written out: under FlopCounterMode (ThroughputHook counts the first step in it)
-        # F.silu's backward is decomposed into other kernels and computes the gradient 1e-9
-        # apart, so that step, and a run resumed after it, would not be the plain step
-        gated = gate * torch.sigmoid(gate) * self.up_proj(x)  # (B, S, F)
+        gated = F.silu(self.gate_proj(x)) * self.up_proj(x)  # (B, S, F)
         return self.down_proj(gated)  # (B, S, H)

@@ -195,6 +195,8 @@ class ThroughputHook(Hook):
 
             runner.logger.info(format_summary(summarize_model(runner.unwrapped_model)))
         count = self.count_flops and self.flops_per_step is None
+        if count and self._restore_count(runner):
+            count = False
         if count and _is_graph_mode(runner):
             count = False
             if not self._said_unknown:  # once per hook, however often training starts
@@ -224,6 +226,23 @@ class ThroughputHook(Hook):
             half = getattr(runner.optim_wrapper, "dtype", None) in _HALF or any(
                 p.dtype in _HALF for p in runner.unwrapped_model.parameters())
             self._peak = device_peak_tflops(runner.device, half)
+
+    def _restore_count(self, runner: RunnerView) -> bool:
+        """Take the count of the run a resumed run continues (from its checkpoint's message
+        hub) instead of counting again: FlopCounterMode decomposes the ops it has no formula
+        for (``silu_backward``...), so a counted step can compute ~1e-9 apart from a plain one,
+        and the resumed run would then not continue bit for bit."""
+        info = runner.message_hub.info
+        flops, batch = info.get("flops_per_step"), info.get("flops_counted_batch")
+        if not (isinstance(flops, int) and flops > 0 and isinstance(batch, str)):
+            return False
+        samples, _, tokens = batch.partition(",")
+        self.flops_per_step, self.first_samples, self.first_tokens = flops, int(samples), int(tokens)
+        from libai.model.summary import format_flops
+
+        runner.logger.info(f"FLOPs per training step: {format_flops(flops)} (counted by the run "
+                           f"this one resumes)")
+        return True
 
     def after_run(self, runner: RunnerView) -> None:
         self._stop_counting()  # the first step raised: never leave the mode on
@@ -261,6 +280,8 @@ class ThroughputHook(Hook):
             return
         self.flops_per_step, self.first_samples, self.first_tokens = flops, samples, tokens
         runner.message_hub.update_info("flops_per_step", flops)
+        # a str: the message hub keeps plain values only in checkpoints
+        runner.message_hub.update_info("flops_counted_batch", f"{samples},{tokens}")
         from libai.model.summary import format_flops
 
         per = [f"{format_flops(flops / samples)} per sample"] if samples else []

@@ -121,7 +121,9 @@ class ThroughputHook(Hook):
       real step, nothing extra (no forward of its own, no random numbers drawn, gradients
       untouched). Its count, forward + backward (matrix products, convolutions, attention), is
       logged once and kept in ``message_hub.info['flops_per_step']``. Later steps pay nothing
-      for it. Under graph mode (GraphOptimWrapper, ``compile=``) it does not count and says
+      for it; a resumed run takes the count from its checkpoint and counts nothing (an op
+      that FlopCounterMode decomposes, such as ``silu``'s backward, computes ~1e-9 apart in
+      the counted step). Under graph mode (GraphOptimWrapper, ``compile=``) it does not count and says
       FLOPs are unknown: ``tools/model_summary.py`` counts the same step eagerly.
     - At each LoggerHook interval it adds to that iteration's logged values, so they appear in
       the log line (formatted for reading: ``3,323 samples/s  7.12 TFLOP/s  MFU 41.2%``), the

@@ -132,16 +132,7 @@ def _bert_from_hf(c: dict[str, Any], state: State, target: str | None) -> tuple[
     if c.get("position_embedding_type", "absolute") != "absolute":
         raise CheckpointError(f"config.json has position_embedding_type="
                               f"{c['position_embedding_type']!r}; libai's BERT has 'absolute' only")
-    kwargs: dict[str, Any] = dict(
-        vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
-        num_layers=c["num_hidden_layers"], num_heads=c["num_attention_heads"],
-        ffn_hidden_size=c["intermediate_size"],
-        max_position_embeddings=c.get("max_position_embeddings", 512),
-        type_vocab_size=c.get("type_vocab_size", 2),
-        hidden_dropout=c.get("hidden_dropout_prob", 0.1),
-        attention_dropout=c.get("attention_probs_dropout_prob", 0.1),
-        activation=_act(c, "hidden_act", "gelu"), layer_norm_eps=c.get("layer_norm_eps", 1e-12),
-        init_std=c.get("initializer_range", 0.02), pad_token_id=c.get("pad_token_id", 0))
+    kwargs = bert_kwargs_from_hf(c, pad_token_id=0)
     arch = (c.get("architectures") or [""])[0]
     has = {k.split(".", 1)[0] for k in state}
     pooler = any("pooler." in k for k in state)
@@ -168,6 +159,21 @@ def _bert_from_hf(c: dict[str, Any], state: State, target: str | None) -> tuple[
                       "cls.predictions.decoder", "cls.predictions.bias")
     out.update(state)  # whatever is left keeps its name: a strict load reports it
     return {"type": cfg_type, **kwargs}, out
+
+
+def bert_kwargs_from_hf(c: dict[str, Any], pad_token_id: int) -> dict[str, Any]:
+    """The libai kwargs of a BERT-shaped encoder (BERT, RoBERTa) from its ``config.json``;
+    absent keys take Hugging Face's defaults (``pad_token_id``: the family's)."""
+    return dict(
+        vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
+        num_layers=c["num_hidden_layers"], num_heads=c["num_attention_heads"],
+        ffn_hidden_size=c["intermediate_size"],
+        max_position_embeddings=c.get("max_position_embeddings", 512),
+        type_vocab_size=c.get("type_vocab_size", 2),
+        hidden_dropout=c.get("hidden_dropout_prob", 0.1),
+        attention_dropout=c.get("attention_probs_dropout_prob", 0.1),
+        activation=_act(c, "hidden_act", "gelu"), layer_norm_eps=c.get("layer_norm_eps", 1e-12),
+        init_std=c.get("initializer_range", 0.02), pad_token_id=c.get("pad_token_id", pad_token_id))
 
 
 def _num_labels(c: dict[str, Any]) -> int:

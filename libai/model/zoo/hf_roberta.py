@@ -20,10 +20,10 @@ from libai.utils.errors import CheckpointError
 
 from .hf_mapping import (
     _BERT_HEADS,
-    _act,
     _bert_pairs,
     _refuse,
     bert_hf_config,
+    bert_kwargs_from_hf,
     pop_tied_mlm_head,
 )
 from .roberta import RobertaModel
@@ -73,16 +73,7 @@ def roberta_from_hf(c: dict[str, Any], state: State, target: str | None) -> tupl
     if c.get("pad_token_id", 1) is None:
         raise CheckpointError("config.json has pad_token_id=null, but RoBERTa's positions "
                               "count from its padding index: set it (roberta-base: 1)")
-    kwargs: dict[str, Any] = dict(  # absent keys take Hugging Face's RobertaConfig defaults
-        vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
-        num_layers=c["num_hidden_layers"], num_heads=c["num_attention_heads"],
-        ffn_hidden_size=c["intermediate_size"],
-        max_position_embeddings=c.get("max_position_embeddings", 512),
-        type_vocab_size=c.get("type_vocab_size", 2),
-        hidden_dropout=c.get("hidden_dropout_prob", 0.1),
-        attention_dropout=c.get("attention_probs_dropout_prob", 0.1),
-        activation=_act(c, "hidden_act", "gelu"), layer_norm_eps=c.get("layer_norm_eps", 1e-12),
-        init_std=c.get("initializer_range", 0.02), pad_token_id=c.get("pad_token_id", 1))
+    kwargs = bert_kwargs_from_hf(c, pad_token_id=1)  # RobertaConfig's defaults
     masked_lm = arch == "RobertaForMaskedLM" or (not arch and any(k.startswith("lm_head.")
                                                                    for k in state))
     cfg_type = "RobertaForMaskedLM" if masked_lm else "RobertaModel"

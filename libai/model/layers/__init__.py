@@ -22,6 +22,7 @@ from .init import init_transformer_weights, scale_residual_projections
 from .kv_cache import GrowingKVCache
 from .mlp import ACTIVATIONS, MLP, SwiGLU, get_activation
 from .norm import RMSNorm
+from .parts import forward_in_parts, lm_items
 from .rope import RotaryEmbedding, apply_rotary_emb, check_rope_scaling, rope_frequencies
 
 __all__ = [
@@ -41,10 +42,12 @@ __all__ = [
     "apply_rotary_emb",
     "causal_lm_outputs",
     "causal_padding_mask",
+    "forward_in_parts",
     "check_rope_scaling",
     "get_activation",
     "init_transformer_weights",
     "key_padding_mask",
+    "lm_items",
     "lm_token_stats",
     "padding_position_ids",
     "parallel_loss",

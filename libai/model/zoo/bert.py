@@ -41,8 +41,10 @@ from ..layers import (
     Pooler,
     TransformerBlock,
     TransformerEmbeddings,
+    forward_in_parts,
     init_transformer_weights,
     key_padding_mask,
+    lm_items,
     lm_token_stats,
     parallel_loss,
 )
@@ -158,17 +160,26 @@ class BertModel(nn.Module):
         overrides it (RoBERTa counts from its padding index)."""
         return None
 
+    def embed(self, input_ids: torch.Tensor,
+              token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The first block's input (B, S, H)."""
+        return self.embeddings(input_ids, token_type_ids, position_ids=self.position_ids(input_ids))
+
+    def finish(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The last block's output (B, S, H) to the encoder's: after the final norm (pre-norm),
+        and pooled (B, H) or None."""
+        if self.final_norm is not None:
+            h = self.final_norm(h)
+        return h, (self.pooler(h) if self.pooler is not None else None)  # (B, S, H), (B, H)
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         mask = key_padding_mask(attention_mask)  # (B, 1, 1, S) bool, or None
-        h = self.embeddings(input_ids, token_type_ids,
-                            position_ids=self.position_ids(input_ids))  # (B, S, H)
+        h = self.embed(input_ids, token_type_ids)  # (B, S, H)
         for block in self.blocks:
             h = block(h, mask)
-        if self.final_norm is not None:
-            h = self.final_norm(h)
-        return h, (self.pooler(h) if self.pooler is not None else None)  # (B, S, H), (B, H)
+        return self.finish(h)
 
 
 @MODELS.register_module()
@@ -236,8 +247,33 @@ class BertForPreTraining(nn.Module):
         return mlm, (self.sentence_head(pooled) if self.sentence_head is not None else None)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        h, pooled = self.bert(batch["input_ids"], batch.get("attention_mask"),
-                              batch.get("token_type_ids"))  # (B, S, H), (B, H)
+        return forward_in_parts(self, self.bert.blocks, batch)
+
+    @property
+    def pipeline_split(self) -> dict[str, tuple[str, ...]]:
+        """The model in parts, as a pipeline runs it (libai.model.contract): ``forward`` is
+        :meth:`pipeline_first`, the blocks and :meth:`pipeline_last`."""
+        last = ["bert.embeddings.word_embeddings", "mlm_head"]
+        last += [f"bert.{name}" for name in ("final_norm", "pooler") if getattr(self.bert, name)]
+        last += ["sentence_head"] if self.sentence_head is not None else []
+        return {"first": ("bert.embeddings",), "last": tuple(last)}
+
+    def pipeline_first(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The first block's input (B, S, H)."""
+        return self.bert.embed(batch["input_ids"], batch.get("token_type_ids"))
+
+    def pipeline_block_kwargs(self, h: torch.Tensor,
+                              batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """What every block takes besides the hidden state: the padding mask."""
+        return {"attn_mask": key_padding_mask(batch.get("attention_mask"))}  # (B, 1, 1, S)
+
+    def count_items(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The ``num_items`` of a training batch (the masked tokens), from the batch alone."""
+        return lm_items(batch, "mlm_labels", "mlm_loss")
+
+    def pipeline_last(self, h: torch.Tensor, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """The last block's output (B, S, H) to what ``forward`` returns."""
+        h, pooled = self.bert.finish(h)  # (B, S, H), (B, H)
         second = self.sentence_head(pooled) if self.sentence_head is not None else None  # (B, 2)
         labels, positions = batch.get("mlm_labels"), batch.get("mlm_positions")
         if labels is None and not self.training:

@@ -39,7 +39,9 @@ from ..layers import (
     TransformerEmbeddings,
     causal_lm_outputs,
     causal_padding_mask,
+    forward_in_parts,
     init_transformer_weights,
+    lm_items,
     padding_position_ids,
     scale_residual_projections,
 )
@@ -133,27 +135,54 @@ class GPTModel(nn.Module):
         return [KVCache(batch_size, heads, w.shape[1] // heads, self.max_position_embeddings,
                         w.device, w.dtype) for _ in self.blocks]
 
+    def check_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                   start: int = 0) -> None:
+        """Refuse an ``attention_mask`` that does not fit ``input_ids`` (B, S) after ``start``
+        cached positions, or keys beyond the position table.
+
+        Raises:
+            DataError: ``attention_mask`` is not (B, start + S), or the keys run past the
+                positions.
+        """
+        if attention_mask is None:
+            return
+        S = input_ids.shape[1]
+        if attention_mask.shape != (input_ids.shape[0], start + S):
+            raise DataError(f"attention_mask has shape {tuple(attention_mask.shape)}; "
+                            f"expected (batch, cached + new keys) = "
+                            f"{(input_ids.shape[0], start + S)}")
+        if start + S > self.max_position_embeddings:  # the unpadded path's check
+            raise DataError(f"sequence length {start + S} > max_position_embeddings "
+                            f"{self.max_position_embeddings}: shorten the data's "
+                            f"max_seq_length or raise model.max_position_embeddings")
+
+    def block_kwargs(self, input_ids: torch.Tensor,
+                     attention_mask: torch.Tensor | None = None) -> dict[str, Any]:
+        """What every block takes besides the hidden state, for ``input_ids`` (B, S): SDPA's
+        causal path, or the explicit mask of a batch with ``attention_mask`` (B, L) over the L
+        keys (:meth:`check_mask` checked)."""
+        if attention_mask is None:
+            return {"attn_mask": None, "is_causal": True}
+        return {"attn_mask": causal_padding_mask(attention_mask, input_ids.shape[1]),
+                "is_causal": False}  # (B, 1, S, L)
+
+    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+              position_ids: torch.Tensor | None = None, start: int = 0) -> torch.Tensor:
+        """The blocks' input (B, S, H): token and position embeddings (positions counting the
+        real tokens only when ``attention_mask`` marks padding, unless ``position_ids``)."""
+        self.check_mask(input_ids, attention_mask, start)
+        if attention_mask is not None and position_ids is None:
+            position_ids = padding_position_ids(attention_mask, input_ids.shape[1])  # (B, S)
+        return self.embeddings(input_ids, start_pos=start, position_ids=position_ids)
+
     def forward(self, input_ids: torch.Tensor, kv_caches: list[KVCache] | None = None,
                 attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        start, S = (kv_caches[0].length if kv_caches else 0), input_ids.shape[1]
-        mask = None
-        if attention_mask is not None:
-            if attention_mask.shape != (input_ids.shape[0], start + S):
-                raise DataError(f"attention_mask has shape {tuple(attention_mask.shape)}; "
-                                f"expected (batch, cached + new keys) = "
-                                f"{(input_ids.shape[0], start + S)}")
-            if start + S > self.max_position_embeddings:  # the unpadded path's check
-                raise DataError(f"sequence length {start + S} > max_position_embeddings "
-                                f"{self.max_position_embeddings}: shorten the data's "
-                                f"max_seq_length or raise model.max_position_embeddings")
-            if position_ids is None:
-                position_ids = padding_position_ids(attention_mask, S)  # (B, S)
-            mask = causal_padding_mask(attention_mask, S)  # (B, 1, S, start + S)
-        h = self.embeddings(input_ids, start_pos=start, position_ids=position_ids)  # (B, S, H)
+        start = kv_caches[0].length if kv_caches else 0
+        h = self.embed(input_ids, attention_mask, position_ids, start)  # (B, S, H)
+        kwargs = self.block_kwargs(input_ids, attention_mask)
         for i, block in enumerate(self.blocks):
-            h = block(h, attn_mask=mask, is_causal=mask is None,
-                      kv_cache=kv_caches[i] if kv_caches else None)
+            h = block(h, kv_cache=kv_caches[i] if kv_caches else None, **kwargs)
         return self.final_norm(h)  # (B, S, H)
 
 
@@ -195,9 +224,30 @@ class GPTForCausalLM(nn.Module):
         return self.lm_head(h, self.transformer.embeddings.word_embeddings.weight)  # (B, S, V)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        logits = self.logits(batch["input_ids"],
-                             attention_mask=batch.get("attention_mask"))  # (B, S, V)
+        return forward_in_parts(self, self.transformer.blocks, batch)
+
+    # the model in parts, as a pipeline runs it (libai.model.contract): forward is these three
+    pipeline_split = {"first": ("transformer.embeddings",),
+                      "last": ("transformer.final_norm", "transformer.embeddings.word_embeddings")}
+
+    def pipeline_first(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The first blocks' input (B, S, H)."""
+        return self.transformer.embed(batch["input_ids"], batch.get("attention_mask"))
+
+    def pipeline_block_kwargs(self, h: torch.Tensor,
+                              batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """What every block takes besides the hidden state ``h``."""
+        return self.transformer.block_kwargs(batch["input_ids"], batch.get("attention_mask"))
+
+    def pipeline_last(self, h: torch.Tensor, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """The last block's output (B, S, H) to what ``forward`` returns."""
+        logits = self.lm_head(self.transformer.final_norm(h),
+                              self.transformer.embeddings.word_embeddings.weight)  # (B, S, V)
         return causal_lm_outputs(logits, batch.get("labels"), self.training, "GPTForCausalLM")
+
+    def count_items(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The ``num_items`` of a training batch, from the batch alone."""
+        return lm_items(batch, "labels", "loss")
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, do_sample: bool = False,

@@ -39,6 +39,8 @@ from ..layers import (
     causal_lm_outputs,
     causal_padding_mask,
     check_rope_scaling,
+    forward_in_parts,
+    lm_items,
     padding_position_ids,
 )
 from .config import ModelConfig, config_signature
@@ -275,10 +277,18 @@ class LlamaModel(nn.Module):
         return [GrowingKVCache(batch_size, c.kv_heads, c.head_size, self.max_position_embeddings,
                                w.device, w.dtype) for _ in self.blocks]
 
-    def forward(self, input_ids: torch.Tensor, kv_caches: list[GrowingKVCache] | None = None,
-                attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        (B, S), past = input_ids.shape, kv_caches[0].length if kv_caches else 0
+    def block_kwargs(self, h: torch.Tensor, input_ids: torch.Tensor,
+                     attention_mask: torch.Tensor | None = None,
+                     position_ids: torch.Tensor | None = None, past: int = 0) -> dict[str, Any]:
+        """What every block takes besides the hidden state ``h`` (B, S, H), for ``input_ids``
+        (B, S) after ``past`` cached positions: the rotary ``cos``/``sin`` of the positions, and
+        SDPA's causal path or an explicit mask (``attention_mask`` (B, past + S) marks padding;
+        positions then count the real tokens only, unless ``position_ids`` (B, S)).
+
+        Raises:
+            DataError: The sequence runs past the positions, or ``attention_mask`` does not fit.
+        """
+        (B, S), device = input_ids.shape, input_ids.device
         if past + S > self.max_position_embeddings:
             raise DataError(f"sequence length {past + S} > max_position_embeddings "
                             f"{self.max_position_embeddings}: shorten the data's seq_length or "
@@ -292,14 +302,20 @@ class LlamaModel(nn.Module):
                 position_ids = padding_position_ids(attention_mask, S)  # (B, S)
             mask = causal_padding_mask(attention_mask, S)  # (B, 1, S, past + S)
         elif past and S > 1:  # SDPA's is_causal aligns the top-left corner; new queries sit below
-            mask = torch.ones(S, past + S, dtype=torch.bool, device=input_ids.device).tril(past)
+            mask = torch.ones(S, past + S, dtype=torch.bool, device=device).tril(past)
         if position_ids is None:
-            position_ids = torch.arange(past, past + S, device=input_ids.device)[None]  # (1, S)
-        h = self.embed_tokens(input_ids)  # (B, S, H)
+            position_ids = torch.arange(past, past + S, device=device)[None]  # (1, S)
         cos, sin = self.rotary(position_ids, h.dtype)  # (B or 1, S, hd)
-        is_causal = mask is None and past == 0
+        return {"cos": cos, "sin": sin, "attn_mask": mask, "is_causal": mask is None and past == 0}
+
+    def forward(self, input_ids: torch.Tensor, kv_caches: list[GrowingKVCache] | None = None,
+                attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        past = kv_caches[0].length if kv_caches else 0
+        h = self.embed_tokens(input_ids)  # (B, S, H)
+        kwargs = self.block_kwargs(h, input_ids, attention_mask, position_ids, past)
         for i, block in enumerate(self.blocks):
-            h = block(h, cos, sin, mask, is_causal, kv_caches[i] if kv_caches else None)
+            h = block(h, kv_cache=kv_caches[i] if kv_caches else None, **kwargs)
         return self.final_norm(h)  # (B, S, H)
 
 
@@ -346,6 +362,10 @@ class LlamaForCausalLM(nn.Module):
         """Next-token logits (B, S, V) for every position of ``input_ids`` (B, S); the other
         arguments are :class:`LlamaModel`'s."""
         h = self.transformer(input_ids, kv_caches, attention_mask, position_ids)  # (B, S, H)
+        return self.head_logits(h)
+
+    def head_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """The LM head: hidden states (B, S, H) after the final norm to logits (B, S, V)."""
         if self.config.tie_word_embeddings:
             return self.lm_head(h, self.transformer.embed_tokens.weight)  # (B, S, V)
         logits, w = self.lm_head(h), self.lm_head.weight  # (B, S, V), or V / T under TP
@@ -361,9 +381,33 @@ class LlamaForCausalLM(nn.Module):
         return logits if self.training else logits.full_tensor()
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        logits = self.logits(batch["input_ids"],
-                             attention_mask=batch.get("attention_mask"))  # (B, S, V)
+        return forward_in_parts(self, self.transformer.blocks, batch)
+
+    @property
+    def pipeline_split(self) -> dict[str, tuple[str, ...]]:
+        """The model in parts, as a pipeline runs it (libai.model.contract): ``forward`` is
+        :meth:`pipeline_first`, the blocks and :meth:`pipeline_last`."""
+        last = ("transformer.final_norm",) + (
+            ("transformer.embed_tokens",) if self.config.tie_word_embeddings else ("lm_head",))
+        return {"first": ("transformer.embed_tokens",), "last": last}
+
+    def pipeline_first(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The first block's input (B, S, H)."""
+        return self.transformer.embed_tokens(batch["input_ids"])
+
+    def pipeline_block_kwargs(self, h: torch.Tensor,
+                              batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """What every block takes besides the hidden state ``h``."""
+        return self.transformer.block_kwargs(h, batch["input_ids"], batch.get("attention_mask"))
+
+    def pipeline_last(self, h: torch.Tensor, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """The last block's output (B, S, H) to what ``forward`` returns."""
+        logits = self.head_logits(self.transformer.final_norm(h))  # (B, S, V)
         return causal_lm_outputs(logits, batch.get("labels"), self.training, "LlamaForCausalLM")
+
+    def count_items(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The ``num_items`` of a training batch, from the batch alone."""
+        return lm_items(batch, "labels", "loss")
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, do_sample: bool = False,

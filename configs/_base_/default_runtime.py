@@ -8,7 +8,12 @@ log_level = "INFO"
 resume = False
 load_from = None
 # How the processes of a torchrun launch split the work (docs/parallel.md): data=None takes what
-# fsdp x tensor leave, so one process trains alone and N processes are DDP. rank0_init=True: only
-# rank 0 builds the whole model, the others receive their part (host memory: one model, not N).
-parallel = dict(data=None, fsdp=1, tensor=1, rank0_init=False)
+# pipeline x fsdp x tensor leave, so one process trains alone and N processes are DDP.
+# rank0_init=True: only rank 0 builds the whole model, the others receive their part (host
+# memory: one model, not N). pipeline=P: P stages; the pipeline_* keys, microbatches and
+# virtual_stages apply then (None: 1f1b, the largest divisor of the batch up to 4 x the stages,
+# a balanced split, one stage per process).
+parallel = dict(data=None, fsdp=1, tensor=1, rank0_init=False, pipeline=1,
+                pipeline_schedule=None, microbatches=None, pipeline_stage_ids=None,
+                virtual_stages=None)
 activation_checkpointing = None  # or "blocks", or dict(modules=["TransformerBlock"])

@@ -110,6 +110,16 @@ def _is_graph_mode(runner: RunnerView) -> bool:
     return isinstance(runner.optim_wrapper, GraphOptimWrapper)
 
 
+def _uncountable(runner: RunnerView) -> str | None:
+    """Why FlopCounterMode cannot count this run's first step, or None when it can."""
+    if _is_graph_mode(runner):
+        return "graph mode: FlopCounterMode cannot count the compiled step"
+    if type(runner.model).__name__ == "PipelineModule":
+        return ("a pipeline: FlopCounterMode's module hooks cannot run inside the schedule's "
+                "backward")
+    return None
+
+
 @HOOKS.register_module()
 class ThroughputHook(Hook):
     """See what a run does and how fast: model summary, FLOPs per step, throughput and MFU.
@@ -199,14 +209,14 @@ class ThroughputHook(Hook):
         count = self.count_flops and self.flops_per_step is None
         if count and self._restore_count(runner):
             count = False
-        if count and _is_graph_mode(runner):
+        why = _uncountable(runner) if count else None
+        if why is not None:
             count = False
             if not self._said_unknown:  # once per hook, however often training starts
                 self._said_unknown = True
                 runner.logger.info(
-                    "FLOPs per training step: unknown (graph mode: FlopCounterMode cannot count "
-                    "the compiled step; `python tools/model_summary.py CONFIG` counts it "
-                    "eagerly), so the log lines show no TFLOP/s or MFU.")
+                    f"FLOPs per training step: unknown ({why}; `python tools/model_summary.py "
+                    f"CONFIG` counts it eagerly), so the log lines show no TFLOP/s or MFU.")
         self._armed = count
         if not count:
             self.disable_stage("before_train_iter")

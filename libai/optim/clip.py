@@ -11,7 +11,7 @@ function unchanged (the same math, bit for bit).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import torch
@@ -34,31 +34,42 @@ def _full(norm: torch.Tensor) -> torch.Tensor:
 
 
 def clip_grad_norm_(params: list[torch.Tensor], max_norm: float, norm_type: float = 2.0,
-                    error_if_nonfinite: bool = False, foreach: bool | None = None) -> torch.Tensor:
+                    error_if_nonfinite: bool = False, foreach: bool | None = None, *,
+                    combine: Callable[[torch.Tensor, float], torch.Tensor] | None = None,
+                    skip: Collection[torch.Tensor] = ()) -> torch.Tensor:
     """Scale the gradients of ``params`` so that their total norm is at most ``max_norm``.
 
-    Arguments as ``torch.nn.utils.clip_grad_norm_``. Returns the total norm before clipping, a
-    plain tensor (also when the gradients are DTensors).
+    Arguments as ``torch.nn.utils.clip_grad_norm_``, and for parameters split over processes in
+    a way DTensor does not know (pipeline stages): ``combine(norm of these, norm_type)`` returns
+    the norm over every process, and ``skip`` lists parameters scaled but not counted here (a tied
+    copy that another process counts). Returns the total norm before clipping, a plain tensor
+    (also when the gradients are DTensors).
     """
-    if not torch.distributed.is_available() or not any(_is_dtensor(p) for p in params):
+    if combine is None and (not torch.distributed.is_available()
+                            or not any(_is_dtensor(p) for p in params)):
         return nn.utils.clip_grad_norm_(params, max_norm, norm_type, error_if_nonfinite, foreach)
     # one group per device mesh (2-D FSDP x TP puts the split layers on a 2-D mesh and the rest
     # on the FSDP mesh), plain tensors on their own
+    skipped = {id(p) for p in skip}
     groups: dict[object, list[torch.Tensor]] = {}
     for p in params:
-        groups.setdefault(p.device_mesh if _is_dtensor(p) else None, []).append(p)
-    if len(groups) == 1 and None not in groups:
+        if id(p) not in skipped:
+            groups.setdefault(p.device_mesh if _is_dtensor(p) else None, []).append(p)
+    if combine is None and len(groups) == 1 and None not in groups:
         return _full(nn.utils.clip_grad_norm_(params, max_norm, norm_type, error_if_nonfinite,
                                               foreach))
     norms = [_full(nn.utils.get_total_norm([p.grad for p in group], norm_type, error_if_nonfinite,
                                            foreach)) for group in groups.values()]
-    total = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]), norm_type)
+    device = params[0].grad.device
+    total = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]), norm_type) \
+        if norms else torch.zeros((), device=device)
+    if combine is not None:
+        total = combine(total, norm_type)
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-    for group in groups.values():
-        for p in group:
-            # scaling every shard by the same factor scales the whole gradient
-            grad = p.grad.to_local() if _is_dtensor(p.grad) else p.grad
-            grad.mul_(coef.to(grad.device, grad.dtype))
+    for p in params:
+        # scaling every shard by the same factor scales the whole gradient
+        grad = p.grad.to_local() if _is_dtensor(p.grad) else p.grad
+        grad.mul_(coef.to(grad.device, grad.dtype))
     return total
 
 

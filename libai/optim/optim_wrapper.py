@@ -105,6 +105,8 @@ class OptimWrapper:
         self._max_counts: int | None = None
         self._restored_grads_at: int | None = None
         self._after_backward: list[Callable[[], Any]] = []
+        # the norm clip's function; a pipeline sets one whose norm covers every stage
+        self.clip_norm_fn: Callable[..., torch.Tensor] | None = None
         self._grad_norm: torch.Tensor | None = None  # kept on device; read lazily in scalars()
         cls = type(self)
         # optim_context not overridden and no autocast: with accumulative_counts == 1 the
@@ -218,6 +220,31 @@ class OptimWrapper:
             self.step(**(step_kwargs or {}))
             self.zero_grad(**(zero_kwargs or {}))
 
+    def loss_divisor(self) -> int:
+        """What the coming ``update_params`` divides its loss by: the accumulation window's size
+        (1 without accumulation). A step whose backward runs elsewhere divides by it itself."""
+        return self._divisor(self._inner_count)
+
+    def update_after_backward(self) -> None:
+        """``update_params`` for a step whose backward already ran (a pipeline schedule runs
+        forward and backward together, the losses divided by :meth:`loss_divisor`): the
+        after-backward callbacks, then at the end of a window clip, step and zero grads.
+
+        Raises:
+            ConfigError: a GradScaler (float16) would have had to scale that backward's loss.
+        """
+        if getattr(self.precision, "scaler", None) is not None:
+            raise ConfigError("float16 mixed precision scales the loss before the backward, "
+                              "which a pipeline schedule runs itself: use dtype='bfloat16' "
+                              "(no loss scaling) with parallel.pipeline.")
+        count = self._inner_count
+        for fn in self._after_backward:
+            fn()
+        self._inner_count = count + 1
+        if self._window_complete(count):
+            self.step()
+            self.zero_grad()
+
     def register_after_backward(self, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` after every ``backward``, before any optimizer step.
 
@@ -267,7 +294,7 @@ class OptimWrapper:
             return
         kind, kwargs = self._clip
         if kind == "norm":
-            self._grad_norm = clip_grad_norm_(params, **kwargs)
+            self._grad_norm = (self.clip_norm_fn or clip_grad_norm_)(params, **kwargs)
         else:
             nn.utils.clip_grad_value_(params, **kwargs)
 

@@ -34,13 +34,14 @@ __all__ = ["build_mesh", "find_blocks", "apply_activation_checkpointing", "apply
 
 
 def build_mesh(pc: ParallelConfig, device_type: str) -> Any:
-    """A DeviceMesh with one named dimension per size > 1 (data, fsdp, tensor; tensor innermost,
-    so that tensor-parallel peers are neighbouring ranks, on one node), or None for one process."""
+    """A DeviceMesh with one named dimension per size > 1 (pipeline, data, fsdp, tensor; tensor
+    innermost, so that tensor-parallel peers are neighbouring ranks, on one node), or None for
+    one process."""
     if pc.world_size == 1:
         return None
     from torch.distributed.device_mesh import init_device_mesh
 
-    names = tuple(n for n in ("data", "fsdp", "tensor") if getattr(pc, n) > 1)
+    names = tuple(n for n in ("pipeline", "data", "fsdp", "tensor") if getattr(pc, n) > 1)
     return init_device_mesh(device_type, tuple(getattr(pc, n) for n in names), mesh_dim_names=names)
 
 

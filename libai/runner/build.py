@@ -294,8 +294,15 @@ def build_train_step(model: nn.Module, forward: nn.Module, device: Any, data_par
     from libai.model import make_train_step
     from libai.model.graph import GraphModule
     from libai.parallel import in_loss_parallel
+    from libai.parallel.pipeline import PipelineModule
 
     own = getattr(model, "train_step", None)
+    if isinstance(forward, PipelineModule):  # the schedule runs forward and backward
+        if own is not None:
+            raise ConfigError(f"{type(model).__name__} has its own train_step, which a pipeline "
+                              f"cannot run (the schedule calls the stages): remove "
+                              f"parallel.pipeline, or train with the default step.")
+        return forward.train_step
     step = partial(own, forward=forward) if own is not None else make_train_step(
         model, forward, device, data_parallel)
     if own is not None and isinstance(forward, GraphModule):

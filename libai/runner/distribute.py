@@ -12,6 +12,7 @@ from torch import nn
 
 from libai.parallel import ParallelConfig, build_mesh, build_on_rank0, parallelize
 from libai.utils import dist
+from libai.utils.errors import ConfigError
 
 __all__ = ["build_model", "distribute_model", "wrap_model"]
 
@@ -69,6 +70,16 @@ def distribute_model(cfg: Any, model: nn.Module, pc: ParallelConfig, device: tor
     checkpointing = cfg.get("activation_checkpointing")
     if pc.strategy == "single" and not checkpointing:
         return model
+    if pc.pipeline > 1:
+        from libai.parallel.pipeline import build_pipeline
+
+        rank = dist.get_rank()
+        model, lines = build_pipeline(model, pc, build_mesh(pc, device.type), device, rank,
+                                      pc.data_parallel(rank), param_dtype=_param_dtype(cfg),
+                                      activation_checkpointing=checkpointing)
+        for line in lines:
+            logger.info(line)
+        return model
     sharded = pc.fsdp > 1 or pc.tensor > 1
     mesh = build_mesh(pc, device.type) if sharded else None
     model, lines = parallelize(model, pc, mesh, device, param_dtype=_param_dtype(cfg),
@@ -89,6 +100,10 @@ def wrap_model(cfg: Any, model: nn.Module, pc: ParallelConfig, device: torch.dev
     from libai.parallel import find_blocks
 
     graph = graph_options(cfg)  # graph mode decides whether the config asks for it
+    if pc.pipeline > 1 and (graph is not None or cfg.get("compile")):
+        raise ConfigError("graph mode and compile with parallel.pipeline: not supported yet "
+                          "(each stage's blocks would be compiled on their own); train the "
+                          "pipeline eager.")
     model = distribute_model(cfg, model, pc, device, logger)
     if graph is not None:
         blocks = find_blocks(model, pc.blocks) if dist.is_sharded(model) else None

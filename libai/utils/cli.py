@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import errno
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from .errors import LibaiError
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_USER_ERROR", "os_error_line", "run_cli"]
+__all__ = ["EXIT_BUG", "EXIT_INTERRUPTED", "EXIT_USER_ERROR", "os_error_line", "run_cli"]
 
+EXIT_BUG = 1  # an exception that is no user's mistake: its traceback is printed
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
@@ -30,7 +32,7 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 def run_cli(
     main_fn: Callable[[list[str]], int | None],
     argv: Sequence[str] | None = None,
-    teardown: Callable[[], None] | None = None,
+    teardown: Callable[[int], None] | None = None,
 ) -> NoReturn:
     """Run ``main_fn(argv)`` and exit with its status.
 
@@ -41,22 +43,29 @@ def run_cli(
         main_fn: The tool's main function; returns an exit status, or None for 0.
         argv: Command-line arguments without the program name. Defaults to None
             (``sys.argv[1:]``).
-        teardown: Called last, also after an error, e.g. ``destroy_dist``. After a reported
-            error it runs once the exception is released, so nothing ``main_fn`` built is
+        teardown: Called last with the exit status, also after an error, e.g.
+            ``destroy_dist`` (which waits for the other ranks only after a success: after an
+            error a peer may be waiting for this rank, and torchrun stops it once this one
+            exits). It runs once the exception is released, so nothing ``main_fn`` built is
             still held by its traceback. Defaults to None.
 
     Raises:
         SystemExit: Always: the status of ``main_fn``, 2 after a ``LibaiError``, 130 after
             Ctrl-C, a ``LibaiError``'s own ``exit_status`` where it has one (``Preempted``:
-            128 + the signal's number, no message: the runner logged it).
-        LibaiError: With ``--debug``, instead of the short message.
+            128 + the signal's number, no message: the runner logged it), 1 after any other
+            exception (its traceback printed; with ``--debug`` a ``LibaiError``'s too).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         status = _call(main_fn, args)
-    finally:
-        if teardown is not None:
-            teardown()
+    except BaseException as e:  # a bug (or --debug): its traceback before the teardown, which
+        if isinstance(e, SystemExit):  # may wait for a rank that waits for this one
+            raise
+        traceback.print_exc()
+        sys.stderr.flush()
+        status = EXIT_BUG
+    if teardown is not None:
+        teardown(status)
     sys.exit(status)
 
 

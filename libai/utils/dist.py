@@ -113,9 +113,11 @@ def _elastic_store(timeout: datetime.timedelta) -> Any:
     return dist.PrefixStore(f"libai/attempt_{attempt}", store)
 
 
-def destroy_dist() -> None:
-    """Leave the process group; ranks first wait for each other, so none tears down the
-    communication while another still uses it.
+def destroy_dist(status: int = 0) -> None:
+    """Leave the process group; after a success (``status`` 0, or a stop by signal, 128 + N:
+    every rank stopped together) ranks first wait for each other, so none tears down the
+    communication while another still uses it. After an error they do not: a peer may be
+    waiting for this rank in a collective, and torchrun stops it once this one exits.
 
     Call it once the runner is released: a DistributedDataParallel model holds the group, and
     the group's worker threads are joined only when its last holder is gone. Threads left for
@@ -124,7 +126,8 @@ def destroy_dist() -> None:
     if is_distributed():
         gc.collect()  # a released runner sits in reference cycles, and holds the group
         try:
-            dist.barrier()
+            if status == 0 or status > 128:
+                dist.barrier()
         except RuntimeError as e:  # a peer is gone: the run's own error has said so already
             if collective_failure(e) is None:
                 raise
@@ -149,7 +152,10 @@ def get_local_rank() -> int:
 
 
 def is_sharded(module: torch.nn.Module) -> bool:
-    """True when some parameter of ``module`` is a DTensor (FSDP2 or tensor parallel)."""
+    """True when ``module`` is a part of the model split over processes: some parameter is a
+    DTensor (FSDP2 or tensor parallel), or it holds the stages of one pipeline process."""
+    if getattr(module, "_libai_pipeline_stages", None):  # libai.parallel.pipeline.PIPELINE_ATTR
+        return True
     if not dist.is_available():
         return False
     from torch.distributed.tensor import DTensor

@@ -58,7 +58,7 @@ MODELS = {
 NAMES = {"gpt2": "GPT-2", "bert": "BERT", "llama": "Llama"}
 # The layouts a model runs, where not all: Llama shares GPT-2's data path and steps, so only
 # what its own layers change (the split of query and key/value heads, its FSDP blocks)
-MODEL_LAYOUTS = {"llama": ("tp", "fsdp")}
+MODEL_LAYOUTS = {"llama": ("tp", "fsdp", "pp", "pp+gpipe")}
 GLOBAL_BATCH = 8  # samples per optimizer step and micro-step, over all processes
 
 
@@ -96,8 +96,17 @@ LAYOUTS = {
                        note="compiled per block, aot_eager backend", suite=_GPT),
     "ddp+bf16": Layout(2, (), ("--amp",), data_shares=2, reference="bf16", tolerance=1e-2,
                        note="bf16 autocast", suite=_GPT),
+    "pp": Layout(2, ("parallel.pipeline=2",), note="1F1B, 4 microbatches",
+                 suite=("gpt2", "bert", "llama")),
+    "pp+gpipe": Layout(2, ("parallel.pipeline=2", "parallel.pipeline_schedule=gpipe"),
+                       note="4 microbatches", suite=_GPT),
+    "pp+acc2": Layout(2, ("parallel.pipeline=2", "+optim_wrapper.accumulative_counts=2"),
+                      reference="acc2", note="1F1B", suite=_BERT),
     "fsdp+tp": Layout(4, ("parallel.fsdp=2", "parallel.tensor=2"), data_shares=2, suite=()),
     "hsdp": Layout(4, ("parallel.data=2", "parallel.fsdp=2"), data_shares=4, suite=()),
+    "pp+ddp": Layout(4, ("parallel.pipeline=2",), data_shares=2, suite=()),
+    "pp+fsdp": Layout(4, ("parallel.pipeline=2", "parallel.fsdp=2"), data_shares=2, suite=()),
+    "pp+tp": Layout(4, ("parallel.pipeline=2", "parallel.tensor=2"), suite=()),
 }
 # The one-process runs: (batch per micro-step, extra options, flags)
 REFERENCES = {

@@ -337,7 +337,8 @@ class Checkpointer:
                                   f"use load_from={path!r} to load its weights instead.")
         meta = ckpt.get("meta", {})
         check_resume_config(meta.get("config_json"), meta.get("world_size"), self.cfg,
-                            self.world_size, self.logger)
+                            self.world_size, self.logger, saved_shares=meta.get("data_shares"),
+                            shares=self.meta.get("data_shares"))
         optimizer = self.parts["optimizer"]
         if "sharded" in ckpt:  # every rank reads its part; DCP reshards to this run's layout
             load_sharded(path, ckpt["sharded"], self.unwrapped_model, optimizer.optimizer)

@@ -58,7 +58,8 @@ def _under(path: str, prefixes: tuple[str, ...] | list[str]) -> bool:
 
 
 def check_resume_config(saved_json: str | None, saved_world_size: int | None, cfg: Any,
-                        world_size: int, logger: Any) -> None:
+                        world_size: int, logger: Any, saved_shares: int | None = None,
+                        shares: int | None = None) -> None:
     """Log the differences; raise ConfigError for guarded changes the config did not allow.
 
     Args:
@@ -67,6 +68,10 @@ def check_resume_config(saved_json: str | None, saved_world_size: int | None, cf
         cfg: The current, validated config.
         world_size: The current number of processes.
         logger: Where the report goes.
+        saved_shares: ``meta.data_shares`` of the checkpoint (None for checkpoints without it).
+        shares: The current number of data shares. When both are known and equal, a change of
+            the world size alone (a pipeline or tensor-parallel size) changes no batch: it is
+            not guarded.
     """
     if saved_json is None:
         logger.warning("The checkpoint holds no config to compare with; resuming as configured.")
@@ -82,7 +87,10 @@ def check_resume_config(saved_json: str | None, saved_world_size: int | None, cf
         if old.get(path, "<absent>") != new.get(path, "<absent>") and not _under(path, IGNORED)
     ]
     allowed = list((dict(cfg.get("resume_options") or {})).get("allow_changes") or [])
-    refused = [c for c in changes if _under(c[0], GUARDED) and not (allowed == ["all"] or _under(c[0], allowed))]
+    same_batches = saved_shares is not None and saved_shares == shares
+    guarded = [c for c in changes if _under(c[0], GUARDED)
+               and not (c[0] == "world_size" and same_batches)]
+    refused = [c for c in guarded if not (allowed == ["all"] or _under(c[0], allowed))]
     if refused:
         lines = "\n".join(f"  {p}: {o!r} in the checkpoint, {n!r} now" for p, o, n in refused)
         keys = ", ".join(repr(p) for p, _, _ in refused)
@@ -93,6 +101,8 @@ def check_resume_config(saved_json: str | None, saved_world_size: int | None, cf
             f"tools/train.py)."
         )
     if changes:
-        text = "\n".join(f"  {p}: {o!r} -> {n!r}" + ("  (allowed)" if _under(p, GUARDED) else "")
+        text = "\n".join(f"  {p}: {o!r} -> {n!r}" + ("  (allowed)" if (p, o, n) in guarded else "")
+                         + (f"  ({shares} data share(s) both times: the same batches)"
+                            if p == "world_size" and same_batches else "")
                          for p, o, n in changes)
         logger.info(f"Config changed since the checkpoint (the current values apply):\n{text}")

@@ -334,9 +334,10 @@ class PipelineModule(nn.Module):
                 if stage.is_last else None
         schedule = self._schedule(batch, n, training=True)
         target = torch.arange(size, device=self.device)  # the schedule splits it: unused
+        earlier = self._set_aside_grads()
         with optim_wrapper.optim_context(self), self._loss_parallel():
             schedule.step(target=target, return_outputs=False, **batch)
-        self._reduce_grads()
+        self._reduce_grads(earlier)
         logs = self._share(self._logs())
         optim_wrapper.update_after_backward()
         return logs
@@ -402,26 +403,50 @@ class PipelineModule(nn.Module):
         tdist.broadcast(values, src=self.last_rank, group=group)
         return dict(zip(keys, values.unbind()))
 
-    def _reduce_grads(self) -> None:
-        """Sum the tied gradients of the first and last stage; average the data-parallel
-        replicas' gradients (without FSDP: no DDP wraps a stage)."""
+    def _reduced(self) -> list[tuple[nn.Parameter, Any, bool]]:
+        """(parameter, group, average) for each gradient reduced after a step: the tied ones
+        summed over the first and last stage; without FSDP all of them averaged over the
+        data-parallel replicas (no DDP wraps a stage)."""
+        out = [(p, self.groups["tied"], False) for p in self.tied] \
+            if self.groups.get("tied") is not None else []
+        if self.groups.get("data") is not None:
+            out += [(p, self.groups["data"], True) for p in self._model[0].parameters()
+                    if p.requires_grad]
+        return out
+
+    def _set_aside_grads(self) -> list[torch.Tensor | None]:
+        """The gradients to reduce, as accumulated so far (None each); the step then accumulates
+        into fresh ones, and only its own part is reduced (:meth:`_reduce_grads`). The
+        gradients are thus reduced after every step, also inside an accumulation window, and a
+        checkpoint saved there holds the same tied gradients on both stages."""
+        earlier = []
+        for param, _, _ in self._reduced():
+            earlier.append(param.grad)
+            param.grad = None
+        return earlier
+
+    def _reduce_grads(self, earlier: list[torch.Tensor | None]) -> None:
         import torch.distributed as tdist
 
-        if self.groups.get("tied") is not None:
-            for param in self.tied:
-                if param.grad is not None:
-                    tdist.all_reduce(_local(param.grad), group=self.groups["tied"])
-        group = self.groups.get("data")
-        if group is not None:
-            grads = [_local(p.grad) for p in self._model[0].parameters() if p.grad is not None]
-            if grads:
-                from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+        by_group: dict[Any, list[tuple[torch.Tensor, bool]]] = {}
+        for (param, group, average), before in zip(self._reduced(), earlier):
+            if param.grad is None:  # nothing reached it this step (frozen, or no item)
+                param.grad = before
+                continue
+            by_group.setdefault(group, []).append((_local(param.grad), average))
+        for group, grads in by_group.items():
+            from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-                flat = _flatten_dense_tensors(grads)
-                tdist.all_reduce(flat, group=group)
+            tensors = [g for g, _ in grads]
+            flat = _flatten_dense_tensors(tensors)
+            tdist.all_reduce(flat, group=group)
+            if grads[0][1]:
                 flat.div_(tdist.get_world_size(group))
-                for grad, reduced in zip(grads, _unflatten_dense_tensors(flat, grads)):
-                    grad.copy_(reduced)
+            for grad, reduced in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
+                grad.copy_(reduced)
+        for (param, _, _), before in zip(self._reduced(), earlier):
+            if before is not None and param.grad is not before:
+                param.grad += before
 
     # -------------------------------------------------------------------- evaluation
     def forward(self, batch: Any) -> Any:

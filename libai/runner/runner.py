@@ -90,7 +90,8 @@ class Runner:
         self.logger.debug(self.stage_index.order_text())
         self.checkpointer = Checkpointer(
             self.work_dir, self.model, self.unwrapped_model, cfg=cfg, logger=self.logger,
-            call_hook=self.call_hook, meta={"seed": self.seed, "experiment_name": self.experiment_name},
+            call_hook=self.call_hook, meta={"seed": self.seed, "experiment_name": self.experiment_name,
+                  "data_shares": self.data_parallel.size},
             series_dir=self.log_dir, config_text=config_text, dry_run=self.fast_dev_run > 0)
         # the shared services hooks use, assembled here (and in register_hook) and nowhere else
         self.writer, self.checkpointer.schedule = build.hook_services(self.hooks)

@@ -34,7 +34,7 @@ from torch import nn
 
 from libai.utils.errors import ConfigError, TrainingError
 
-from .config import MULTI_STAGE_SCHEDULES, SCHEDULES, ParallelConfig
+from .config import SCHEDULES, ParallelConfig
 
 __all__ = ["Absent", "PIPELINE_ATTR", "PipelineModule", "StageModule", "balanced_split", "bubble",
            "build_pipeline", "merge_outputs", "prune", "stage_layout"]
@@ -275,7 +275,14 @@ class PipelineModule(nn.Module):
             ConfigError: in training, ``parallel.microbatches`` does not divide the batch.
         """
         wanted = self.pc.microbatches
+        fits = self._fits if training else (lambda n: True)
         if wanted is not None and training:
+            if not fits(wanted):
+                raise ConfigError(
+                    f"parallel.microbatches={wanted} does not suit "
+                    f"pipeline_schedule={self.pc.pipeline_schedule!r} over {self.pc.pipeline} "
+                    f"processes: it runs microbatches in rounds of {self.pc.pipeline}, so use a "
+                    f"multiple of {self.pc.pipeline} (or fewer than {2 * self.pc.pipeline}).")
             if batch_size % wanted:
                 raise ConfigError(
                     f"parallel.microbatches={wanted} does not divide the batch of {batch_size} "
@@ -285,7 +292,14 @@ class PipelineModule(nn.Module):
                     f"last batch is whole).")
             return wanted
         top = wanted or 4 * self.pc.num_stages
-        return max(d for d in range(1, min(top, batch_size) + 1) if batch_size % d == 0)
+        return max(d for d in range(1, min(top, batch_size) + 1) if batch_size % d == 0 and fits(d))
+
+    def _fits(self, n: int) -> bool:
+        """Whether the training schedule runs ``n`` microbatches: interleaved 1F1B runs them in
+        rounds of ``pipeline`` (torch: ``n`` a multiple of ``max(1, n // pipeline)``)."""
+        if self.pc.pipeline_schedule != "interleaved_1f1b":
+            return True
+        return n % max(1, n // self.pc.pipeline) == 0
 
     def _schedule(self, batch: dict, n: int, training: bool) -> Any:
         """The schedule for batches of this shape (built once per shape: the stages send
@@ -298,14 +312,13 @@ class PipelineModule(nn.Module):
 
             stages = [pipelining.PipelineStage(s, s.index, s.num_stages, self.device,
                                                group=self.groups["pipeline"]) for s in self.stages]
-            name = self.pc.pipeline_schedule if training else "gpipe"  # forward only
+            multi = len(stages) > 1
+            # evaluation runs forward only, in order: GPipe, or looped BFS over several stages
+            name = self.pc.pipeline_schedule if training else "looped_bfs" if multi else "gpipe"
             cls = getattr(pipelining, SCHEDULES[name])
             loss_fn = _loss_of if training else None
-            if name in MULTI_STAGE_SCHEDULES or len(stages) > 1:
-                cls = getattr(pipelining, SCHEDULES[self.pc.pipeline_schedule])
-                schedule = cls(stages, n_microbatches=n, loss_fn=loss_fn, scale_grads=False)
-            else:
-                schedule = cls(stages[0], n_microbatches=n, loss_fn=loss_fn, scale_grads=False)
+            schedule = cls(stages if multi else stages[0], n_microbatches=n, loss_fn=loss_fn,
+                           scale_grads=False)
             self._schedules[key] = schedule
             for s in self.stages:  # the new schedule's first call of each stage is its probe
                 s.probing = True

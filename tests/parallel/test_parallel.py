@@ -30,7 +30,7 @@ def test_sizes_fill_in_data_and_name_the_strategy():
 @pytest.mark.parametrize("value, message", [
     (dict(fsdp=3), "fsdp=3 x tensor=1 = 3 does not divide the 4 process(es)"),
     (dict(data=1, fsdp=2), "data=1 x fsdp=2 x tensor=1 = 2, but this run has 4 process(es)"),
-    (dict(pipeline=2), "pipeline parallel is not supported yet"),
+    (dict(pipeline=3), "pipeline=3 x fsdp=1 x tensor=1 = 3 does not divide the 4 process(es)"),
     (dict(fsdb=2), "unknown key 'fsdb'. Did you mean 'fsdp'?"),
     (dict(tensor=0), "parallel.tensor=0: expected a whole number >= 1"),
     (dict(fsdp=2, cpu_offload="yes"), "parallel.cpu_offload='yes': expected True or False"),

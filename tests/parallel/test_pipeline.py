@@ -1,0 +1,208 @@
+"""Pipeline parallel (libai.parallel.pipeline): the ``parallel`` keys, the split into stages, the
+pruned model's names, the merge of microbatch outputs; and through ``torchrun tools/train.py``,
+an interleaved schedule against one process, ``tools/test.py`` and ``sharded2file`` on a
+pipeline checkpoint, and one-line errors. (GPipe and 1F1B against one process, for GPT-2, BERT
+and Llama: the parity matrix, tests/parallel/test_parity.py; resume: tests/resume.)"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from libai.model.zoo.bert import BertForPreTraining
+from libai.model.zoo.gpt import GPTForCausalLM
+from libai.model.zoo.llama import LlamaForCausalLM
+from libai.model.zoo.mlp import DigitsMLP
+from libai.parallel import parse_parallel
+from libai.parallel.pipeline import (
+    Absent,
+    balanced_split,
+    bubble,
+    merge_outputs,
+    model_parts,
+    prune,
+    stage_layout,
+)
+from libai.utils.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_pipeline_keys_fill_in_and_lay_ranks_out_pipeline_outermost():
+    pc = parse_parallel(dict(pipeline=2), 2)
+    assert (pc.pipeline, pc.data, pc.pipeline_schedule, pc.virtual_stages, pc.strategy) == (
+        2, 1, "1f1b", 1, "pp")
+    pc = parse_parallel(dict(pipeline=2, pipeline_schedule="interleaved_1f1b"), 4)
+    assert (pc.data, pc.virtual_stages, pc.num_stages, pc.strategy) == (2, 2, 4, "ddp+pp")
+    # ranks (pipeline, data): 0, 1 the first stage of shares 0, 1; 2, 3 the last stage
+    shares = [pc.data_parallel(r) for r in range(4)]
+    assert [(d.rank, d.replica, d.replicas) for d in shares] == [(0, 0, 2), (1, 0, 2),
+                                                                (0, 1, 2), (1, 1, 2)]
+    assert [pc.pipeline_rank(r) for r in range(4)] == [0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("value, message", [
+    (dict(pipeline=2, pipeline_schedule="1fb1"), "pipeline_schedule='1fb1' is unknown. Did you "
+                                                 "mean '1f1b'?"),
+    (dict(pipeline=2, virtual_stages=2), "virtual_stages=2 needs an interleaved schedule"),
+    (dict(pipeline=2, pipeline_schedule="looped_bfs", virtual_stages=1), "set "
+                                                                         "parallel.virtual_stages"),
+    (dict(microbatches=4), "parallel.microbatches is a pipeline option, and parallel.pipeline is 1"),
+    (dict(pipeline=2, microbatches=0), "parallel.microbatches=0: expected a whole number >= 1"),
+    (dict(pipeline=2, pipeline_stage_ids="0011"), "expected a list with the stage of each block"),
+    (dict(pipeline=4, data=2), "pipeline=4 x data=2 x fsdp=1 x tensor=1 = 8, but this run has 4"),
+])
+def test_bad_pipeline_keys_are_one_clear_line(value, message):
+    with pytest.raises(ConfigError) as e:
+        parse_parallel(value, 4)
+    assert message in str(e.value)
+
+
+def test_the_balanced_split_gives_the_extra_blocks_to_the_middle():
+    assert balanced_split(4, 2) == [2, 2]
+    assert balanced_split(5, 4) == [1, 2, 1, 1]
+    assert balanced_split(7, 4) == [2, 2, 2, 1]
+    assert balanced_split(12, 4) == [3, 3, 3, 3]
+    assert bubble(2, 4) == pytest.approx(1 / 5)
+
+
+@pytest.mark.parametrize("value, blocks, message", [
+    (dict(pipeline=2), 1, "2 stages, but the model has 1 blocks"),
+    (dict(pipeline=2, pipeline_stage_ids=[0, 0, 0, 0]), 4, "leaves stage 1 empty"),
+    (dict(pipeline=2, pipeline_stage_ids=[0, 1, 0, 1]), 4, "expected stages 0 ... 1 in order"),
+    (dict(pipeline=2, pipeline_stage_ids=[0, 1]), 4, "has 2 entries, but the model has 4 blocks"),
+    (dict(pipeline=2, pipeline_stage_ids=[0, 1, 1, 2]), 4, "expected stages 0 ... 1 in order"),
+])
+def test_a_split_that_cannot_be_is_one_clear_line(value, blocks, message):
+    with pytest.raises(ConfigError) as e:
+        stage_layout(blocks, parse_parallel(value, 2))
+    assert message in str(e.value)
+    assert stage_layout(4, parse_parallel(dict(pipeline=2, pipeline_stage_ids=[0, 1, 1, 1]), 2)
+                        ) == [[0], [1, 2, 3]]
+
+
+def tiny_gpt():
+    torch.manual_seed(0)
+    return GPTForCausalLM(vocab_size=64, hidden_size=32, num_layers=4, num_heads=4,
+                          max_position_embeddings=16)
+
+
+def test_each_stage_keeps_its_part_under_the_unsplit_names():
+    whole = set(tiny_gpt().state_dict())
+    kept = []
+    for stage in range(2):
+        model = tiny_gpt()
+        blocks, parts = model_parts(model, None)
+        keep = blocks[2 * stage:2 * stage + 2] + list(parts["first" if stage == 0 else "last"])
+        prune(model, keep, [*blocks, *parts["first"], *parts["last"]])
+        kept.append(set(model.state_dict()))
+        assert isinstance(model.transformer.blocks[2 - 2 * stage], Absent)
+    tied = "transformer.embeddings.word_embeddings.weight"
+    assert kept[0] & kept[1] == {tied}  # the word embeddings: on both ends
+    assert kept[0] | kept[1] == whole
+    assert "transformer.embeddings.position_embeddings.weight" not in kept[1]
+
+
+@pytest.mark.parametrize("build", [
+    lambda: BertForPreTraining(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4,
+                               ffn_hidden_size=64, max_position_embeddings=16),
+    lambda: LlamaForCausalLM(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4,
+                             num_kv_heads=2, ffn_hidden_size=64, max_position_embeddings=16,
+                             tie_word_embeddings=False),
+])
+def test_the_zoo_places_every_parameter(build):
+    model = build()
+    blocks, parts = model_parts(model, None)
+    assert len(blocks) == 2 and parts["first"] and parts["last"]
+
+
+def test_a_model_without_a_split_is_told_what_to_declare():
+    with pytest.raises(ConfigError) as e:
+        model_parts(DigitsMLP(), None)
+    assert "does not say how to cut it into stages" in str(e.value)
+    assert "pipeline_split" in str(e.value)
+
+
+def test_microbatch_outputs_merge_into_the_batch_ones():
+    a = {"nll_sum": torch.tensor([1.0, 2.0]), "loss": torch.tensor(0.5),
+         "num_items": {"loss": torch.tensor(2)}, "nsp_loss": torch.tensor(1.0)}
+    b = {"nll_sum": torch.tensor([3.0]), "loss": torch.tensor(2.0),
+         "num_items": {"loss": torch.tensor(6)}, "nsp_loss": torch.tensor(4.0)}
+    out = merge_outputs([a, b])
+    assert out["nll_sum"].tolist() == [1.0, 2.0, 3.0]
+    assert out["num_items"]["loss"].item() == 8
+    assert out["loss"].item() == pytest.approx((0.5 * 2 + 2.0 * 6) / 8)  # by its items
+    assert out["nsp_loss"].item() == pytest.approx((1.0 * 2 + 4.0 * 1) / 3)  # by its samples
+
+
+# ---------------------------------------------------------------- through tools/train.py
+
+SHRINK = ["model.num_layers=4", "model.hidden_size=64", "model.num_heads=4",
+          "model.hidden_dropout=0.0", "model.attention_dropout=0.0",
+          "train_dataloader.batch_size=8", "train_cfg.max_iters=3", "train_cfg.val_interval=3",
+          "default_hooks.logger.interval=1", "default_hooks.checkpoint.interval=3",
+          "default_hooks.checkpoint.save_best=None", "+default_hooks.logger.plot=False",
+          "test_dataloader=None", "test_evaluator=None"]
+
+
+def train(work, nproc, *options):
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
+        if nproc > 1 else []
+    cmd = [sys.executable, *launcher, str(ROOT / "tools" / "train.py"),
+           str(ROOT / "configs" / "gpt2_tiny.py"), "--work-dir", str(work), "--cfg-options",
+           *SHRINK, *options]
+    return subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_an_interleaved_pipeline_equals_one_process_and_its_checkpoint_reads_anywhere(tmp_path):
+    from libai.checkpoint import load_checkpoint
+
+    pp = train(tmp_path / "pp", 2, "parallel.pipeline=2",
+               "parallel.pipeline_schedule=interleaved_1f1b")
+    assert pp.returncode == 0, pp.stderr[-3000:]
+    assert "Pipeline: interleaved_1f1b, 4 stages over 2 processes" in pp.stdout
+    one = train(tmp_path / "one", 1)
+    assert one.returncode == 0, one.stderr[-3000:]
+
+    def val_loss(out):
+        return float(out.split("val/loss: ")[1].split()[0])
+
+    assert val_loss(pp.stdout) == pytest.approx(val_loss(one.stdout), rel=1e-5)
+    ckpt = tmp_path / "pp" / "iter_3.pth"
+    assert "sharded" in load_checkpoint(ckpt)
+
+    # one process converts it to one file, and evaluates it with tools/test.py
+    whole = tmp_path / "whole.pth"
+    convert = subprocess.run([sys.executable, str(ROOT / "tools" / "convert_checkpoint.py"),
+                              "sharded2file", str(ckpt), str(whole)], cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert convert.returncode == 0, convert.stderr[-3000:]
+    a = load_checkpoint(whole)["state_dict"]
+    b = load_checkpoint(tmp_path / "one" / "iter_3.pth")["state_dict"]
+    assert a.keys() == b.keys()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+    test = subprocess.run([sys.executable, str(ROOT / "tools" / "test.py"),
+                           str(ROOT / "configs" / "gpt2_tiny.py"), str(ckpt), "--work-dir",
+                           str(tmp_path / "test"), "--cfg-options", *SHRINK[:5],
+                           "test_dataloader.batch_size=8"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert test.returncode == 0, test.stderr[-3000:]
+    assert "test/perplexity" in test.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("options, message", [
+    (["parallel.pipeline=2", "parallel.microbatches=3"],
+     "parallel.microbatches=3 does not divide the batch of 8 samples"),
+    (["parallel.pipeline=2", "parallel.pipeline_schedule=gpipee"], "Did you mean 'gpipe'?"),
+])
+def test_pipeline_mistakes_stop_every_rank_with_one_line(tmp_path, options, message):
+    out = train(tmp_path / "w", 2, *options)
+    assert out.returncode != 0
+    assert message in out.stderr, out.stderr[-3000:]
+    assert "libai/" not in out.stderr  # no traceback through libai: the line says it all

@@ -37,7 +37,7 @@ from libai.utils.errors import ConfigError, TrainingError
 from .config import SCHEDULES, ParallelConfig
 
 __all__ = ["Absent", "PIPELINE_ATTR", "PipelineModule", "StageModule", "balanced_split", "bubble",
-           "build_pipeline", "merge_outputs", "prune", "stage_layout"]
+           "build_pipeline", "compile_blocks", "merge_outputs", "prune", "stage_layout"]
 
 
 class Absent(nn.Module):
@@ -665,3 +665,12 @@ def _describe_layout(layout: list[list[int]], blocks: list[str], pc: ParallelCon
     how = "given" if pc.pipeline_stage_ids is not None else "balanced"
     return (f"Pipeline: {pc.pipeline_schedule}, {len(layout)} stages over {pc.pipeline} "
             f"processes, {len(blocks)} blocks ({how}): {stages}")
+
+
+def compile_blocks(module: PipelineModule, options: dict[str, Any]) -> int:
+    """Graph mode under a pipeline: ``torch.compile`` each block's forward (after activation
+    checkpointing, which it then includes); returns how many."""
+    blocks = [block for stage in module.stages for block in stage.blocks]
+    for block in blocks:
+        block.forward = torch.compile(block.forward, **options)
+    return len(blocks)

@@ -12,7 +12,6 @@ from torch import nn
 
 from libai.parallel import ParallelConfig, build_mesh, build_on_rank0, parallelize
 from libai.utils import dist
-from libai.utils.errors import ConfigError
 
 __all__ = ["build_model", "distribute_model", "wrap_model"]
 
@@ -100,11 +99,16 @@ def wrap_model(cfg: Any, model: nn.Module, pc: ParallelConfig, device: torch.dev
     from libai.parallel import find_blocks
 
     graph = graph_options(cfg)  # graph mode decides whether the config asks for it
-    if pc.pipeline > 1 and (graph is not None or cfg.get("compile")):
-        raise ConfigError("graph mode and compile with parallel.pipeline: not supported yet "
-                          "(each stage's blocks would be compiled on their own); train the "
-                          "pipeline eager.")
     model = distribute_model(cfg, model, pc, device, logger)
+    if pc.pipeline > 1:  # the schedule calls the stages: graph mode compiles their blocks
+        options = graph["compile"] if graph is not None else cfg.get("compile")
+        if options:
+            from libai.parallel.pipeline import compile_blocks
+
+            n = compile_blocks(model, {} if options is True else dict(options))
+            logger.info(f"Graph mode: the {n} blocks of this process's stages compiled one by "
+                        f"one (torch.compile); the schedule and the losses run eager")
+        return model
     if graph is not None:
         blocks = find_blocks(model, pc.blocks) if dist.is_sharded(model) else None
         return GraphModule(model, **graph, blocks=blocks or None)

@@ -109,6 +109,31 @@ CONTRACT: tuple[ContractField, ...] = (
         "(the heads; Llama's query and key/value heads): a size that does not is one line "
         "before any split."),
     ContractField(
+        "pipeline_split", "attribute", False, ("libai/parallel/pipeline.py",),
+        "`{'first': [module paths], 'last': [module paths]}`: where `parallel.pipeline` cuts "
+        "the model. The first part (embeddings) goes to the first stage, the last part (final "
+        "norm, heads) to the last, the `parallel_blocks` in order between them; a module in "
+        "both (a tied LM head's embeddings) lives on both ends, its gradients summed. Every "
+        "parameter must be in a part or a block. Without it, a pipeline stops with an error."),
+    ContractField(
+        "pipeline_first", "method", False,
+        ("libai/parallel/pipeline.py", "libai/model/layers/parts.py"),
+        "`pipeline_first(batch) -> h`: the first block's input. With `pipeline_block_kwargs` "
+        "and `pipeline_last`, what `forward` is made of (`forward_in_parts`)."),
+    ContractField(
+        "pipeline_block_kwargs", "method", False,
+        ("libai/parallel/pipeline.py", "libai/model/layers/parts.py"),
+        "`pipeline_block_kwargs(h, batch) -> dict`: what every block takes besides `h` (masks, "
+        "rotary tables), computed on each stage from its microbatch."),
+    ContractField(
+        "pipeline_last", "method", False,
+        ("libai/parallel/pipeline.py", "libai/model/layers/parts.py"),
+        "`pipeline_last(h, batch)`: the last block's output to what `forward` returns."),
+    ContractField(
+        "count_items", "method", False, ("libai/parallel/pipeline.py",),
+        "`count_items(batch) -> {loss key: count}`: the `num_items` of a training batch, from "
+        "the batch alone, so that a pipeline weighs each microbatch's loss before it runs."),
+    ContractField(
         "hf_model_type", "attribute", False,
         ("libai/model/zoo/hf.py", "libai/model/zoo/hf_mapping.py"),
         "`'bert'`, `'gpt2'`, `'llama'` or `'roberta'`: the model converts to and from Hugging Face folders "

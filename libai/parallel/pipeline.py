@@ -294,6 +294,15 @@ class PipelineModule(nn.Module):
         top = wanted or 4 * self.pc.num_stages
         return max(d for d in range(1, min(top, batch_size) + 1) if batch_size % d == 0 and fits(d))
 
+    def describe_step(self, batch_size: int) -> str:
+        """The log line of a training step's microbatches, for a batch of ``batch_size``."""
+        n, p = self.microbatches_for(batch_size, training=True), self.pc.num_stages
+        chosen = "parallel.microbatches" if self.pc.microbatches else "the default: the largest " \
+            f"divisor of the batch up to 4 x {p} stages"
+        return (f"Pipeline step: each batch of {batch_size} runs as {n} microbatches of "
+                f"{batch_size // n} ({chosen}); the effective batch above is unchanged. Bubble "
+                f"(p - 1) / (m + p - 1) = {bubble(p, n):.0%} of each stage's time idle")
+
     def _fits(self, n: int) -> bool:
         """Whether the training schedule runs ``n`` microbatches: interleaved 1F1B runs them in
         rounds of ``pipeline`` (torch: ``n`` a multiple of ``max(1, n // pipeline)``)."""

@@ -47,7 +47,7 @@ TOP_LEVEL_KEYS = {
     "device": "'auto' (default), 'cpu', 'cuda' or 'cuda:N'",
     "compile": "the forward compiled: True or torch.compile options (graph mode is optim_wrapper.type='GraphOptimWrapper')",
     "model_wrapper_cfg": "extra DistributedDataParallel arguments",
-    "parallel": "dict(data=None, fsdp=1, tensor=1, rank0_init=False): how the processes split the work (docs/parallel.md)",
+    "parallel": "dict(data=None, fsdp=1, tensor=1, pipeline=1, rank0_init=False, ...): how the processes split the work (docs/parallel.md)",
     "activation_checkpointing": "None, 'blocks' or dict(modules=[class names]): recompute in the backward",
     "log_level": "'INFO' (default), 'DEBUG', 'WARNING'",
     "load_from": "weights to load (no resume): a path, or dict(path=..., strict=True, remap=...)",

@@ -271,6 +271,9 @@ class Runner:
         self.checkpointer.track(loop=loop, optimizer=self.optim_wrapper,  # before resume loads them
                                 param_schedulers=StateList(self.param_schedulers))
         self.logger.info(env.derived_summary(loop, self.optim_wrapper, self.data_parallel))
+        describe = getattr(self.model, "describe_step", None)  # a pipeline: its microbatches
+        if describe is not None and getattr(loop.dataloader, "batch_size", None):
+            self.logger.info(describe(loop.dataloader.batch_size))
         self.logger.info(f"Optimizer: {self.optim_wrapper!r}")
         self.call_hook("before_run")
         try:

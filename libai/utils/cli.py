@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import errno
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
@@ -24,7 +23,7 @@ from .errors import LibaiError
 
 __all__ = ["EXIT_BUG", "EXIT_INTERRUPTED", "EXIT_USER_ERROR", "os_error_line", "run_cli"]
 
-EXIT_BUG = 1  # an exception that is no user's mistake: its traceback is printed
+EXIT_BUG = 1  # an exception that is no user's mistake: it propagates, with its traceback
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
@@ -52,18 +51,17 @@ def run_cli(
     Raises:
         SystemExit: Always: the status of ``main_fn``, 2 after a ``LibaiError``, 130 after
             Ctrl-C, a ``LibaiError``'s own ``exit_status`` where it has one (``Preempted``:
-            128 + the signal's number, no message: the runner logged it), 1 after any other
-            exception (its traceback printed; with ``--debug`` a ``LibaiError``'s too).
+            128 + the signal's number, no message: the runner logged it).
+        LibaiError: With ``--debug``, instead of the short message; any other exception, with
+            its traceback (a bug).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         status = _call(main_fn, args)
-    except BaseException as e:  # a bug (or --debug): its traceback before the teardown, which
-        if isinstance(e, SystemExit):  # may wait for a rank that waits for this one
-            raise
-        traceback.print_exc()
-        sys.stderr.flush()
-        status = EXIT_BUG
+    except BaseException as e:  # a bug (or --debug): the teardown must not wait for the other
+        if teardown is not None and not isinstance(e, SystemExit):  # ranks, one of which may
+            teardown(EXIT_BUG)  # be waiting for this one; then the traceback
+        raise
     if teardown is not None:
         teardown(status)
     sys.exit(status)

@@ -101,21 +101,21 @@ def _build_then(outcome, built):
 def test_run_cli_teardown_runs_last_once_main_releases_what_it_built(outcome, status):
     built, seen_by_teardown = [], []
 
-    def teardown():
+    def teardown(code):
         gc.collect()  # as destroy_dist does: the cycle goes once nothing else holds it
-        seen_by_teardown.append(built[0]() is None)
+        seen_by_teardown.append((built[0]() is None, code))
 
     with pytest.raises(SystemExit) as info:
         run_cli(_build_then(outcome, built), argv=[], teardown=teardown)
     assert info.value.code == status
-    assert seen_by_teardown == [True]
+    assert seen_by_teardown == [(True, status)]  # told the status: it waits for peers on 0 only
 
 
 def test_run_cli_teardown_runs_after_a_bug_too():
     calls = []
     with pytest.raises(ValueError):
-        run_cli(_build_then(ValueError, []), argv=[], teardown=lambda: calls.append(1))
-    assert calls == [1]
+        run_cli(_build_then(ValueError, []), argv=[], teardown=calls.append)
+    assert calls == [1]  # a bug's status: the teardown does not wait for the other ranks
 
 
 def _print_config(*args: str) -> subprocess.CompletedProcess:

@@ -206,3 +206,35 @@ def test_pipeline_mistakes_stop_every_rank_with_one_line(tmp_path, options, mess
     assert out.returncode != 0
     assert message in out.stderr, out.stderr[-3000:]
     assert "libai/" not in out.stderr  # no traceback through libai: the line says it all
+
+
+FAILING_RANK = '''
+import torch
+import torch.distributed as dist
+
+from libai.utils.cli import run_cli
+from libai.utils.dist import destroy_dist, init_dist
+
+
+def main(argv):
+    init_dist("gloo")
+    if dist.get_rank() == 1:
+        raise ValueError("a bug on rank 1")
+    dist.recv(torch.zeros(1), src=1)  # waits for rank 1, as a pipeline stage waits for the next
+
+
+run_cli(main, teardown=destroy_dist)
+'''
+
+
+@pytest.mark.slow
+def test_a_bug_on_one_rank_ends_the_run_with_its_traceback(tmp_path):
+    """A rank that fails must not wait for its peers at the teardown (one of them waits for it:
+    a pipeline's next stage): it leaves, with its traceback, and torchrun stops the others."""
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING_RANK)
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc_per_node=2", str(script)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert out.returncode != 0
+    assert "ValueError: a bug on rank 1" in out.stderr

@@ -216,12 +216,18 @@ def load_sharded(path: str | os.PathLike, listing: dict, model: nn.Module,
 
 def load_full_into_sharded(model: nn.Module, weights: dict, strict: bool = True) -> str:
     """Whole tensors (a one-process checkpoint, ``load_from``) into a sharded model: each rank
-    keeps its part. Returns a line for the log."""
+    keeps its part (a pipeline stage's process, the weights of its stages: the modules of the
+    others are :class:`~libai.parallel.pipeline.Absent`). Returns a line for the log."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     from .model_state import strip_prefixes
 
-    result = set_model_state_dict(model, strip_prefixes(weights),
+    weights = strip_prefixes(weights)
+    elsewhere = [n for n, m in model.named_modules() if type(m).__name__ == "Absent"]
+    if elsewhere:  # a pipeline stage's part: the other stages' weights are not for it
+        weights = {k: v for k, v in weights.items()
+                   if not any(k.startswith(path + ".") for path in elsewhere)}
+    result = set_model_state_dict(model, weights,
                                   options=StateDictOptions(full_state_dict=True, strict=strict))
     missing, unexpected = result
     return (f"missing keys: {list(missing)}; unexpected keys: {list(unexpected)}"

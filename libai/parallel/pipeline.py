@@ -60,26 +60,50 @@ def bubble(stages: int, microbatches: int) -> float:
     return (stages - 1) / (microbatches + stages - 1)
 
 
-def balanced_split(num_blocks: int, num_stages: int) -> list[int]:
-    """Blocks per stage: as even as can be, the extra ones to the middle stages (the first and
-    the last also run the embeddings and the heads)."""
-    base, extra = divmod(num_blocks, num_stages)
-    sizes = [base] * num_stages
-    middle = (num_stages - 1) / 2
-    for stage in sorted(range(num_stages), key=lambda s: (abs(s - middle), s))[:extra]:
-        sizes[stage] += 1
-    return sizes
+def balanced_split(costs: Sequence[float], num_stages: int, last: float = 0.0) -> list[int]:
+    """Blocks per stage, in order, that make the busiest stage as light as can be: ``costs`` the
+    blocks' (their parameters: the FLOPs of a token are about twice as many), ``last`` the last
+    part's, run by the last stage (an LM head of V x H is as costly as V x H block parameters);
+    the first part, a lookup, counts nothing. Every stage gets a block; among equally light
+    splits, the evenest."""
+    n = len(costs)
+    prefix = [0.0]
+    for c in costs:
+        prefix.append(prefix[-1] + float(c))
+    inf = (float("inf"), float("inf"))
+    # best[s][i]: (the busiest stage's load, the sum of the loads' squares) of s stages over
+    # blocks 0 .. i - 1, the lightest such split found (the squares break ties: evener);
+    # cut[s][i]: where its stage s starts
+    best = [[inf] * (n + 1) for _ in range(num_stages + 1)]
+    cut = [[0] * (n + 1) for _ in range(num_stages + 1)]
+    best[0][0] = (0.0, 0.0)
+    for s in range(1, num_stages + 1):
+        ends = [n] if s == num_stages else range(s, n - (num_stages - s) + 1)
+        for i in ends:
+            extra = last if s == num_stages else 0.0
+            for j in range(i - 1, s - 2, -1):  # the latest start first: exact ties keep it
+                load = prefix[i] - prefix[j] + extra
+                busiest, squares = best[s - 1][j]
+                key = (max(busiest, load), squares + load * load)
+                if key < best[s][i]:
+                    best[s][i], cut[s][i] = key, j
+    sizes, i = [], n
+    for s in range(num_stages, 0, -1):
+        sizes.append(i - cut[s][i])
+        i = cut[s][i]
+    return sizes[::-1]
 
 
-def stage_layout(num_blocks: int, pc: ParallelConfig) -> list[list[int]]:
+def stage_layout(costs: Sequence[float], pc: ParallelConfig,
+                 last: float = 0.0) -> list[list[int]]:
     """The block indices of each stage: ``pc.pipeline_stage_ids`` (the stage of each block), or
-    :func:`balanced_split`.
+    :func:`balanced_split` of the blocks' ``costs`` (and the last part's).
 
     Raises:
         ConfigError: fewer blocks than stages, stage ids of another length, out of order or out
             of range, or a stage left without a block.
     """
-    stages = pc.num_stages
+    stages, num_blocks = pc.num_stages, len(costs)
     total = (f"parallel.pipeline={pc.pipeline}" if pc.virtual_stages == 1 else
              f"parallel.pipeline={pc.pipeline} x virtual_stages={pc.virtual_stages}")
     ids = pc.pipeline_stage_ids
@@ -88,12 +112,13 @@ def stage_layout(num_blocks: int, pc: ParallelConfig) -> list[list[int]]:
             raise ConfigError(f"{total} = {stages} stages, but the model has {num_blocks} "
                               f"blocks: each stage holds at least one; use at most "
                               f"{num_blocks} stages.")
-        sizes = balanced_split(num_blocks, stages)
+        sizes = balanced_split(costs, stages, last)
         ids = tuple(s for s, n in enumerate(sizes) for _ in range(n))
     if len(ids) != num_blocks:
+        even = balanced_split([1.0] * num_blocks, stages) if num_blocks >= stages else []
         raise ConfigError(f"parallel.pipeline_stage_ids has {len(ids)} entries, but the model has "
                           f"{num_blocks} blocks: give the stage of each block, e.g. "
-                          f"{[s for s, n in enumerate(balanced_split(num_blocks, stages)) for _ in range(n)]}.")
+                          f"{[s for s, n in enumerate(even) for _ in range(n)]}.")
     if any(b < a for a, b in zip(ids, ids[1:])) or min(ids) < 0 or max(ids) >= stages:
         raise ConfigError(f"parallel.pipeline_stage_ids={list(ids)}: expected stages 0 ... "
                           f"{stages - 1} in order (the blocks run in order: stage k's before "
@@ -263,6 +288,8 @@ class PipelineModule(nn.Module):
         self.tied = [p for n, p in model.named_parameters() if n in tied]
         self.holds_last = any(s.is_last for s in stages)
         self._schedules: dict[Any, Any] = {}
+        # FSDP: which sharded modules free their gathered parameters after each forward
+        self._reshards = {id(b): pc.reshard_after_forward for s in stages for b in s.blocks}
         self._log_keys: list[str] | None = None
         self.microbatches_used: int | None = None
 
@@ -455,6 +482,10 @@ class PipelineModule(nn.Module):
             if param.grad is None:  # nothing reached it this step (frozen, or no item)
                 param.grad = before
                 continue
+            grad = param.grad
+            if type(grad).__name__ == "DTensor" and grad.placements != param.placements:
+                # a vocabulary-split embedding's lookup leaves a replicated gradient: its part
+                param.grad = grad.redistribute(grad.device_mesh, param.placements)
             by_group.setdefault(group, []).append((_local(param.grad), average))
         for group, grads in by_group.items():
             from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
@@ -471,6 +502,26 @@ class PipelineModule(nn.Module):
                 param.grad += before
 
     # -------------------------------------------------------------------- evaluation
+    @contextlib.contextmanager
+    def _gathered_once(self) -> Any:
+        """Under FSDP, each sharded module gathered once for all of a batch's microbatches, and
+        sharded again after: the data shares' last batches differ in size, so in microbatches,
+        and a gather per microbatch would leave the processes of a shard group out of step."""
+        from torch.distributed.fsdp import FSDPModule
+
+        sharded = [m for s in self.stages for m in s.modules() if isinstance(m, FSDPModule)]
+        if not sharded:
+            yield
+            return
+        for module in sharded:
+            module.set_reshard_after_forward(False, recurse=False)
+        try:
+            yield
+        finally:
+            for module in sharded:
+                module.reshard()
+                module.set_reshard_after_forward(self._reshards.get(id(module), False),
+                                                 recurse=False)
     def forward(self, batch: Any) -> Any:
         """Evaluate ``batch`` through the forward-only schedule; the outputs on every stage."""
         if self.training:
@@ -485,7 +536,8 @@ class PipelineModule(nn.Module):
             stage.records.clear()
             stage.weigh = None
         schedule = self._schedule(batch, n, training=False)
-        schedule.step(return_outputs=False, **batch)
+        with self._gathered_once():
+            schedule.step(return_outputs=False, **batch)
         merged = None
         if self.holds_last:
             merged = merge_outputs(next(s for s in self.stages if s.is_last).records)
@@ -620,7 +672,8 @@ def build_pipeline(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torc
                           f"stages per process, which FSDP cannot shard one by one yet: use "
                           f"'1f1b' or 'gpipe' with parallel.fsdp.")
     blocks, parts = model_parts(model, pc.blocks)
-    layout = stage_layout(len(blocks), pc)
+    layout = stage_layout([_size(model.get_submodule(b)) for b in blocks], pc,
+                          last=sum(_size(model.get_submodule(p)) for p in parts["last"]))
     S, P = pc.num_stages, pc.pipeline
     pp_rank = pc.pipeline_rank(rank)
     mine = [pp_rank + k * P for k in range(pc.virtual_stages)]  # looped: stage s on rank s % P
@@ -663,6 +716,10 @@ def build_pipeline(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torc
     return PipelineModule(model, stages, pc, device, groups, tied, last_rank, data_parallel), lines
 
 
+def _size(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
 def _describe_layout(layout: list[list[int]], blocks: list[str], pc: ParallelConfig) -> str:
     def span(ids: list[int]) -> str:
         return f"block {ids[0]}" if len(ids) == 1 else f"blocks {ids[0]}-{ids[-1]}"
@@ -671,7 +728,7 @@ def _describe_layout(layout: list[list[int]], blocks: list[str], pc: ParallelCon
                        + (" + first part" if s == 0 else "")
                        + (" + last part" if s == len(layout) - 1 else "")
                        for s, ids in enumerate(layout))
-    how = "given" if pc.pipeline_stage_ids is not None else "balanced"
+    how = "given" if pc.pipeline_stage_ids is not None else "balanced by parameters"
     return (f"Pipeline: {pc.pipeline_schedule}, {len(layout)} stages over {pc.pipeline} "
             f"processes, {len(blocks)} blocks ({how}): {stages}")
 

@@ -61,11 +61,14 @@ def test_bad_pipeline_keys_are_one_clear_line(value, message):
     assert message in str(e.value)
 
 
-def test_the_balanced_split_gives_the_extra_blocks_to_the_middle():
-    assert balanced_split(4, 2) == [2, 2]
-    assert balanced_split(5, 4) == [1, 2, 1, 1]
-    assert balanced_split(7, 4) == [2, 2, 2, 1]
-    assert balanced_split(12, 4) == [3, 3, 3, 3]
+def test_the_balanced_split_makes_the_busiest_stage_as_light_as_can_be():
+    assert balanced_split([1] * 4, 2) == [2, 2]
+    assert balanced_split([1] * 12, 4) == [3, 3, 3, 3]
+    assert balanced_split([1] * 7, 4) == [2, 2, 2, 1]
+    # the last stage also runs the head: GPT-2 tiny's tied 8192 x 128 head is 5.3 blocks
+    assert balanced_split([198272] * 4, 2, last=1048832) == [3, 1]
+    assert balanced_split([1] * 16, 4, last=2) == [5, 5, 4, 2]  # loads 5, 5, 4, 4
+    assert balanced_split([1, 1, 1, 4], 2) == [3, 1]  # by cost, not by count: loads 3, 4
     assert bubble(2, 4) == pytest.approx(1 / 5)
 
 
@@ -78,10 +81,10 @@ def test_the_balanced_split_gives_the_extra_blocks_to_the_middle():
 ])
 def test_a_split_that_cannot_be_is_one_clear_line(value, blocks, message):
     with pytest.raises(ConfigError) as e:
-        stage_layout(blocks, parse_parallel(value, 2))
+        stage_layout([1.0] * blocks, parse_parallel(value, 2))
     assert message in str(e.value)
-    assert stage_layout(4, parse_parallel(dict(pipeline=2, pipeline_stage_ids=[0, 1, 1, 1]), 2)
-                        ) == [[0], [1, 2, 3]]
+    assert stage_layout([1.0] * 4, parse_parallel(dict(pipeline=2, pipeline_stage_ids=[0, 1, 1, 1]),
+                                                  2)) == [[0], [1, 2, 3]]
 
 
 def tiny_gpt():
@@ -193,6 +196,23 @@ def test_an_interleaved_pipeline_equals_one_process_and_its_checkpoint_reads_any
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert test.returncode == 0, test.stderr[-3000:]
     assert "test/perplexity" in test.stdout
+
+    # and the other way: a pipeline evaluates the one-process checkpoint (each stage loads its
+    # part of the whole weights)
+    piped = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                            "--nproc_per_node=2", str(ROOT / "tools" / "test.py"),
+                            str(ROOT / "configs" / "gpt2_tiny.py"),
+                            str(tmp_path / "one" / "iter_3.pth"), "--work-dir",
+                            str(tmp_path / "test_pp"), "--cfg-options", *SHRINK[:5],
+                            "test_dataloader.batch_size=8", "parallel.pipeline=2"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert piped.returncode == 0, piped.stderr[-3000:]
+
+    def perplexity(out):
+        return float(out.split("test/perplexity: ")[1].split()[0])
+
+    assert perplexity(piped.stdout) == pytest.approx(perplexity(test.stdout), rel=1e-5)
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ N, K = 6, 3  # K odd, accumulation 2: the stop falls inside a window
 
 CONFIG = """
 _base_ = "{root}/configs/gpt2_tiny.py"
-model = dict(num_layers=2, hidden_size=64, num_heads=4, hidden_dropout={dropout},
+model = dict(num_layers={layers}, hidden_size=64, num_heads=4, hidden_dropout={dropout},
              attention_dropout={dropout})
 train_dataloader = dict(batch_size=4)
 val_dataloader = None
@@ -63,11 +63,11 @@ def run(tmp_path, nproc, config, work, *extra):
     return subprocess.run(args, cwd=rh.ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-def configs(tmp_path, parallel, hook, dropout=0.1):
+def configs(tmp_path, parallel, hook, dropout=0.1, layers=2):
     (tmp_path / "resume_ctrl_c.py").write_text(STOP_HOOK)
     (tmp_path / "resume_term.py").write_text(TERM_HOOK)
     plain, stopping = tmp_path / "plain.py", tmp_path / "stopping.py"
-    fill = dict(root=rh.ROOT, n=N, k=K, parallel=parallel, dropout=dropout)
+    fill = dict(root=rh.ROOT, n=N, k=K, parallel=parallel, dropout=dropout, layers=layers)
     plain.write_text(CONFIG.format(**fill, hooks=[]))
     stopping.write_text(CONFIG.format(**fill, hooks=[dict(type=hook, at=K)]))
     return plain, stopping
@@ -113,3 +113,32 @@ def test_a_pipeline_checkpoint_resumes_in_one_process(tmp_path):
     assert a.keys() == b.keys()
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
     assert worst < 1e-5, worst  # a pipeline computes within rounding of one process
+
+
+@pytest.mark.slow
+def test_a_pipeline_checkpoint_resumes_under_another_layout(tmp_path):
+    """Stopped under GPipe (4 blocks cut 3 + 1, by parameters), resumed under interleaved 1F1B
+    (4 stages of one block, two per process): each process reads other parts of the checkpoint
+    than it wrote, and the run ends where one process ends."""
+    plain, stopping = configs(tmp_path, "pipeline=2, pipeline_schedule='gpipe'",
+                              "resume_ctrl_c.CtrlCAtHook", dropout=0.0, layers=4)
+    one, other = tmp_path / "one.py", tmp_path / "interleaved.py"
+    text = plain.read_text()
+    one.write_text(text.replace("parallel = dict(pipeline=2, pipeline_schedule='gpipe')",
+                                "parallel = None"))
+    other.write_text(text.replace("pipeline_schedule='gpipe'",
+                                  "pipeline_schedule='interleaved_1f1b'"))
+    straight = run(tmp_path, 1, one, tmp_path / "straight")
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    stopped = run(tmp_path, 2, stopping, tmp_path / "resumed")
+    assert stopped.returncode != 0, stopped.stderr[-3000:]
+    assert "blocks 0-2 + first part; stage 1 (rank 1): block 3 + last part" in stopped.stdout
+    resumed = run(tmp_path, 2, other, tmp_path / "resumed", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Pipeline: interleaved_1f1b, 4 stages over 2 processes" in resumed.stdout
+
+    a = load_checkpoint(tmp_path / "straight" / f"iter_{N}.pth")["state_dict"]
+    b = shards(tmp_path / "resumed" / f"iter_{N}.pth", tmp_path)["model"]
+    assert a.keys() == b.keys()
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst < 1e-5, worst

@@ -24,11 +24,14 @@ Per run it reports:
   embedding's gradient all-reduce and the loss broadcast. **bubble, theory**: (p - 1) / (m + p - 1)
   (:func:`libai.parallel.pipeline.bubble`), the idle share of an ideal schedule with equal stages
   and free communication. The two agree only where those costs are small next to a stage's work,
-  and the stages are even. Here they are not: the last stage also runs the LM head (hidden x
-  8,192 words) and its loss; by a count of the matrix products (forward and backward) a block
-  is about 2.8 GFLOP a step and the head about 12.9, so the last stage holds about three quarters
-  of the work, the first waits for it, and the speed-up cannot pass about 1 / (0.77 + 0.23 / m),
-  1.25 at m = 8 (``--stage-ids 0 0 0 1`` moves a block to the first stage).
+  and the stages are even. Here they are not quite: the last stage also runs the LM head (hidden x
+  8,192 words) and its loss; by a count of the matrix products (forward and backward) a block is
+  about 2.8 GFLOP a step and the head about 12.9. The default split balances the stages by
+  parameters, the head counted on the last stage (:func:`libai.parallel.pipeline.balanced_split`):
+  3 blocks on the first stage, 1 and the head on the last, about 8.4 and 15.7 GFLOP by that
+  count: the last stage still holds about two thirds of the work, and the speed-up stays well
+  under 2 (an even 2 + 2 split, ``--stage-ids 0 0 1 1``, gives it about three quarters; measured
+  2026-11-26 on a loaded machine, 2 + 2 reached 1.0-1.2 where 3 + 1 reached 1.1-1.4).
 - **state**, per stage: bytes of parameters, their gradients (one per trainable parameter) and
   the optimizer state (AdamW: two per parameter) the stage's process holds, as a ratio of one
   process's. Exact. With this small a model the tied word embeddings (8,192 x 128, on the first

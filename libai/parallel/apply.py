@@ -30,6 +30,7 @@ from libai.utils.suggest import did_you_mean
 from .config import CPU_OFFLOAD_WITHOUT_FSDP, ParallelConfig
 
 __all__ = ["build_mesh", "find_blocks", "apply_activation_checkpointing", "apply_tensor_parallel",
+           "checkpoint_and_split_layers",
            "parallelize", "build_on_rank0", "in_loss_parallel"]
 
 
@@ -192,16 +193,8 @@ def parallelize(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torch.d
         tied = _tied_names(model)
         whole = _host_copy(model) if dist.get_rank() == 0 else ({}, {})
         model.to("meta")
-    wrapped = apply_activation_checkpointing(model, activation_checkpointing, pc.blocks)
-    if wrapped:
-        lines.append(f"Activation checkpointing: {', '.join(wrapped)} recomputed in the backward")
-    if pc.tensor > 1:
-        if pc.data > 1 and pc.fsdp == 1:
-            raise ConfigError(
-                f"parallel: data={pc.data} with tensor={pc.tensor} needs fsdp for the data "
-                f"dimension: use parallel=dict(fsdp={pc.data}, tensor={pc.tensor}) (2-D FSDP x TP).")
-        n = apply_tensor_parallel(model, mesh["tensor"], src_data_rank=None if rank0_init else 0)
-        lines.append(f"Tensor parallel: {n} layers split over {pc.tensor} processes")
+    lines += checkpoint_and_split_layers(model, pc, mesh, activation_checkpointing,
+                                         src_data_rank=None if rank0_init else 0)
     if pc.fsdp > 1:
         _fully_shard(model, pc, mesh, param_dtype)
         lines.append(f"FSDP2: parameters, gradients and optimizer state sharded over {pc.fsdp} "
@@ -216,6 +209,30 @@ def parallelize(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torch.d
 
         model = wrap_ddp(model, device, **dict(ddp_kwargs or {}))
     return model, lines
+
+
+def checkpoint_and_split_layers(model: nn.Module, pc: ParallelConfig, mesh: Any,
+                                activation_checkpointing: Any,
+                                src_data_rank: int | None = 0) -> list[str]:
+    """Activation checkpointing, then tensor parallel, as ``pc`` says; lines for the log. The
+    first two steps of :func:`parallelize`, and of a pipeline stage's (libai.parallel.pipeline).
+
+    Raises:
+        ConfigError: tensor parallel with a data dimension but no FSDP (DDP cannot wrap DTensors).
+    """
+    lines = []
+    wrapped = apply_activation_checkpointing(model, activation_checkpointing, pc.blocks)
+    if wrapped:
+        lines.append(f"Activation checkpointing: {', '.join(wrapped)} recomputed in the backward")
+    if pc.tensor > 1:
+        if pc.data > 1 and pc.fsdp == 1:
+            pipeline = f"pipeline={pc.pipeline}, " if pc.pipeline > 1 else ""
+            raise ConfigError(
+                f"parallel: data={pc.data} with tensor={pc.tensor} needs fsdp for the data "
+                f"dimension: use parallel=dict({pipeline}fsdp={pc.data}, tensor={pc.tensor}).")
+        n = apply_tensor_parallel(model, mesh["tensor"], src_data_rank=src_data_rank)
+        lines.append(f"Tensor parallel: {n} layers split over {pc.tensor} processes")
+    return lines
 
 
 def build_on_rank0(build: Callable[[], nn.Module], pc: ParallelConfig) -> nn.Module:

@@ -662,7 +662,7 @@ def build_pipeline(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torc
     """
     import torch.distributed as tdist
 
-    from .apply import _fully_shard, apply_activation_checkpointing, apply_tensor_parallel
+    from .apply import _fully_shard, checkpoint_and_split_layers
 
     if pc.rank0_init:
         raise ConfigError("parallel.rank0_init with parallel.pipeline: not supported; each "
@@ -687,16 +687,7 @@ def build_pipeline(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torc
     stages = [StageModule(model, s, S, [model.get_submodule(blocks[i]) for i in layout[s]])
               for s in mine]
     lines = [pc.describe(), _describe_layout(layout, blocks, pc)]
-    wrapped = apply_activation_checkpointing(model, activation_checkpointing, pc.blocks)
-    if wrapped:
-        lines.append(f"Activation checkpointing: {', '.join(wrapped)} recomputed in the backward")
-    if pc.tensor > 1:
-        if pc.data > 1 and pc.fsdp == 1:
-            raise ConfigError(
-                f"parallel: data={pc.data} with tensor={pc.tensor} needs fsdp for the data "
-                f"dimension: use parallel=dict(pipeline={P}, fsdp={pc.data}, tensor={pc.tensor}).")
-        n = apply_tensor_parallel(model, mesh["tensor"])
-        lines.append(f"Tensor parallel: {n} layers split over {pc.tensor} processes")
+    lines += checkpoint_and_split_layers(model, pc, mesh, activation_checkpointing)
     if pc.fsdp > 1:
         _fully_shard(stages[0], pc, mesh, param_dtype)
         lines.append(f"FSDP2: each stage sharded over {pc.fsdp} processes")

@@ -11,28 +11,18 @@ import pytest
 import resume_helpers as rh
 from test_resume_ddp import STOP_HOOK
 from test_resume_fsdp import shards
+from test_resume_tp import CONFIG as TP_CONFIG
 
 from libai.checkpoint import load_checkpoint
 
 N, K = 6, 3  # K odd, accumulation 2: the stop falls inside a window
 
-CONFIG = """
-_base_ = "{root}/configs/gpt2_tiny.py"
-model = dict(num_layers={layers}, hidden_size=64, num_heads=4, hidden_dropout={dropout},
-             attention_dropout={dropout})
-train_dataloader = dict(batch_size=4)
-val_dataloader = None
-val_evaluator = None
-test_dataloader = None
-test_evaluator = None
-optim_wrapper = dict(accumulative_counts=2)
-train_cfg = dict(max_iters={n}, val_interval={n})
-default_hooks = dict(
-    logger=dict(interval=1, progress_bar=False, plot=False, backends=[dict(type="JsonlBackend")]),
-    checkpoint=dict(interval={k}, save_best=None))
-parallel = dict({parallel})
-custom_hooks = {hooks}
-"""
+# test_resume_tp's run, its model line made a template: the blocks and the dropout vary here
+CONFIG = TP_CONFIG.replace(
+    "model = dict(num_layers=2, hidden_size=64, num_heads=4)  # dropout 0.1 kept: per-rank streams",
+    "model = dict(num_layers={layers}, hidden_size=64, num_heads=4, hidden_dropout={dropout}, "
+    "attention_dropout={dropout})")
+assert "{layers}" in CONFIG
 
 TERM_HOOK = '''
 import os

@@ -145,9 +145,7 @@ class PipelineModule(nn.Module):
     # ---------------------------------------------------------------------- training
     def train_step(self, batch: Any, optim_wrapper: Any) -> dict[str, torch.Tensor]:
         """One optimisation step of ``batch`` (this process's share) through the pipeline."""
-        from libai.model.steps import to_device
-
-        batch = _as_batch(to_device(batch, self.device))
+        batch = self._prepare(batch, training=True)
         size = _batch_size(batch)
         n = self.microbatches_used = self.microbatches_for(size, training=True)
         divisor = optim_wrapper.loss_divisor()
@@ -185,6 +183,14 @@ class PipelineModule(nn.Module):
         power = norm.double() ** norm_type
         tdist.all_reduce(power, group=group)
         return (power ** (1.0 / norm_type)).to(norm.dtype)
+
+    def _prepare(self, batch: Any, training: bool) -> dict:
+        """The batch on this process's device, through the model's ``data_preprocessor`` when it
+        has one (as the default steps do)."""
+        from libai.model.steps import _mover, to_device
+
+        move = _mover(self._model[0], training, self.device)
+        return _as_batch(move(batch) if move is not None else to_device(batch, self.device))
 
     def _loss_parallel(self) -> Any:
         if self.pc.tensor == 1:
@@ -309,9 +315,7 @@ class PipelineModule(nn.Module):
         if self.training:
             raise TrainingError("A pipeline trains through train_step(batch, optim_wrapper) (the "
                                 "runner's train step), not by calling the model.")
-        from libai.model.steps import to_device
-
-        batch = _as_batch(to_device(batch, self.device))
+        batch = self._prepare(batch, training=False)
         size = _batch_size(batch)
         n = self.microbatches_for(size, training=False)
         for stage in self.stages:

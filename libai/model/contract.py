@@ -130,7 +130,7 @@ CONTRACT: tuple[ContractField, ...] = (
         ("libai/parallel/pipeline.py", "libai/model/layers/parts.py"),
         "`pipeline_last(h, batch)`: the last block's output to what `forward` returns."),
     ContractField(
-        "count_items", "method", False, ("libai/parallel/pipeline.py",),
+        "count_items", "method", False, ("libai/parallel/pipeline_module.py",),
         "`count_items(batch) -> {loss key: count}`: the `num_items` of a training batch, from "
         "the batch alone, so that a pipeline weighs each microbatch's loss before it runs."),
     ContractField(

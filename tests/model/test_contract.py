@@ -35,6 +35,7 @@ WRAPPER_ATTRIBUTES = {
     "_orig_mod": "torch.compile",
     "train_calls": "GraphModule (graph mode)",
     "report": "GraphModule (graph mode)",
+    "describe_step": "PipelineModule (parallel.pipeline)",
 }
 TINY = dict(vocab_size=99, hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=64)
 

@@ -96,8 +96,9 @@ CONTRACT: tuple[ContractField, ...] = (
     ContractField(
         "parallel_blocks", "attribute", False, ("libai/parallel/apply.py", "libai/optim/layer_decay.py"),
         "Class names of the repeated blocks: FSDP shards each on its own, "
-        "`activation_checkpointing='blocks'` recomputes each, graph mode under FSDP compiles "
-        "each, layer-wise lr decay numbers the layers by them. Without it, name them with "
+        "`activation_checkpointing='blocks'` recomputes each, graph mode under FSDP or a "
+        "pipeline compiles each, a pipeline's stages hold whole ones, layer-wise lr decay "
+        "numbers the layers by them. Without it, name them with "
         "`parallel.blocks` (`paramwise_cfg.layer_decay_blocks` for the decay)."),
     ContractField(
         "tp_plan", "submodule attribute", False, ("libai/parallel/apply.py",),

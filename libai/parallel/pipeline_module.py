@@ -1,7 +1,7 @@
 """What a pipeline run trains and evaluates: :class:`PipelineModule` drives this process's
 stages (libai.parallel.pipeline cuts them) through a schedule of ``torch.distributed.pipelining``.
 
-Training: each microbatch's loss is weighed on the last stage (:class:`_Weigher`) so that the
+Training: each microbatch's loss is weighed on the last stage (:class:`~libai.parallel.pipeline_outputs.Weigher`) so that the
 summed gradients are one process's on the whole batch; after the schedule the tied gradients are
 summed over the first and last stage, the data-parallel ones averaged, and the optimizer wrapper
 steps. Evaluation: the forward-only schedule, the microbatch outputs merged on the last stage
@@ -23,6 +23,7 @@ from torch import nn
 from libai.utils.errors import ConfigError, TrainingError
 
 from .config import SCHEDULES, ParallelConfig
+from .pipeline_outputs import Weigher, batch_size_of, merge_outputs
 
 if TYPE_CHECKING:
     from .pipeline import StageModule
@@ -146,7 +147,7 @@ class PipelineModule(nn.Module):
     def train_step(self, batch: Any, optim_wrapper: Any) -> dict[str, torch.Tensor]:
         """One optimisation step of ``batch`` (this process's share) through the pipeline."""
         batch = self._prepare(batch, training=True)
-        size = _batch_size(batch)
+        size = batch_size_of(batch)
         n = self.microbatches_used = self.microbatches_for(size, training=True)
         divisor = optim_wrapper.loss_divisor()
         if optim_wrapper.clip_norm_fn is None:  # the norm of every stage's gradients
@@ -159,7 +160,7 @@ class PipelineModule(nn.Module):
         totals = self._item_totals(model, batch)
         for stage in self.stages:
             stage.records.clear()
-            stage.weigh = _Weigher(totals, size, divisor, self.data_parallel.size, model) \
+            stage.weigh = Weigher(totals, size, divisor, self.data_parallel.size, model) \
                 if stage.is_last else None
         schedule = self._schedule(batch, n, training=True)
         target = torch.arange(size, device=self.device)  # the schedule splits it: unused
@@ -316,7 +317,7 @@ class PipelineModule(nn.Module):
             raise TrainingError("A pipeline trains through train_step(batch, optim_wrapper) (the "
                                 "runner's train step), not by calling the model.")
         batch = self._prepare(batch, training=False)
-        size = _batch_size(batch)
+        size = batch_size_of(batch)
         n = self.microbatches_for(size, training=False)
         for stage in self.stages:
             stage.records.clear()
@@ -334,84 +335,6 @@ class PipelineModule(nn.Module):
         return box[0]
 
 
-class _Weigher:
-    """Turns the last part's outputs on a microbatch into its share of the step's loss.
-
-    A loss term with ``num_items`` weighs ``items * shares / total items`` (the total over every
-    microbatch and data share: ``totals``), another ``samples / batch``; both divided by the
-    accumulation window. The weighted terms sum to the loss whose gradient, summed over the
-    microbatches (and averaged over the data shares), is one process's on the whole batch.
-    """
-
-    def __init__(self, totals: dict | None, batch_size: int, divisor: int, shares: int,
-                 model: nn.Module) -> None:
-        self.totals, self.batch_size, self.divisor, self.shares = totals, batch_size, divisor, shares
-        self.name = type(model).__name__
-
-    def __call__(self, outputs: Any, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        if isinstance(outputs, torch.Tensor):
-            outputs = {"loss": outputs}
-        if not isinstance(outputs, Mapping):
-            raise TrainingError(f"In train mode {self.name}.pipeline_last returned "
-                                f"{type(outputs).__name__}; it must return a dict with a 'loss' "
-                                f"entry, as forward does.")
-        items = outputs.get("num_items") or {}
-        if items and (self.totals is None or set(items) - set(self.totals)):
-            raise TrainingError(
-                f"{self.name} returns num_items for {sorted(items)}: a pipeline weighs those "
-                f"losses by their items before any microbatch runs, so the model must count them "
-                f"from the batch alone: give it count_items(batch) -> {{loss key: count}} "
-                f"(libai.model.contract).")
-        share = _batch_size(batch) / self.batch_size
-        loss, logs, total = None, {}, None
-        for key, value in outputs.items():
-            if key == "num_items" or not isinstance(value, torch.Tensor):
-                continue
-            value = value.mean() if value.ndim else value
-            if key in items:
-                weight = items[key].to(torch.float64) * self.shares / self.totals[key].clamp(min=1)
-                weight = weight.to(value.dtype)
-            else:
-                weight = share
-            weighted = value * weight
-            logs[key] = weighted.detach()
-            if "loss" in key:
-                loss = weighted if loss is None else loss + weighted
-                total = logs[key] if total is None else total + logs[key]
-        if loss is None:
-            raise TrainingError(f"In train mode {self.name} returned keys {sorted(outputs)}, none "
-                                f"of which contains 'loss'.")
-        logs["loss"] = total
-        return (loss / self.divisor if self.divisor != 1 else loss).float(), logs
-
-
-def merge_outputs(records: list[Any]) -> Any:
-    """One batch's evaluation outputs from its microbatches': per-sample tensors concatenated,
-    ``num_items`` summed, a 0-d loss averaged by its items (``num_items``) or its samples."""
-    if not records:
-        return None
-    first = records[0]
-    if not isinstance(first, Mapping):
-        return torch.cat(records) if isinstance(first, torch.Tensor) and first.ndim else first
-    sizes = [_batch_size(r) for r in records]
-    items = [r.get("num_items") or {} for r in records]
-    out: dict[str, Any] = {}
-    for key, value in first.items():
-        values = [r[key] for r in records]
-        if key == "num_items":
-            out[key] = {k: sum(i[k] for i in items) for k in value}
-        elif isinstance(value, torch.Tensor) and value.ndim:
-            out[key] = torch.cat(values)
-        elif isinstance(value, torch.Tensor):
-            weights = [i[key] for i in items] if all(key in i for i in items) else sizes
-            weights = torch.stack([torch.as_tensor(w, dtype=torch.float64) for w in weights])
-            stacked = torch.stack(values).to(torch.float64)
-            out[key] = ((stacked * weights).sum() / weights.sum().clamp(min=1)).to(value.dtype)
-        else:
-            out[key] = value
-    return out
-
-
 def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if type(t).__name__ == "DTensor" else t
 
@@ -421,11 +344,3 @@ def _as_batch(batch: Any) -> dict:
         raise TrainingError(f"parallel.pipeline splits a batch into microbatches by key: the "
                             f"data loader must yield a dict of tensors, got {type(batch).__name__}.")
     return dict(batch)
-
-
-def _batch_size(batch: Any) -> int:
-    """The leading dimension of the first tensor with one."""
-    for value in (batch.values() if isinstance(batch, Mapping) else [batch]):
-        if isinstance(value, torch.Tensor) and value.ndim:
-            return value.shape[0]
-    return 1

@@ -1,13 +1,197 @@
-"""Suite-wide settings."""
+"""Suite-wide settings: the two tiers, how tests start processes, one thread, the text cache,
+and how xdist spreads the tests (tests/README.md says why each is so)."""
 
+import hashlib
 import importlib.util
 import logging
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import tool_runs
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# One intra-op thread in every test process and its children: the xdist workers share the cores,
+# and on tiny models threads only wait for each other.
+os.environ["OMP_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
+
+# A test that asks for one of these is slow (-m "not slow" leaves it out): each starts a process,
+# compiles with inductor or trains a shipped config. Marked here, by the fixture, never by hand;
+# the fast tier refuses the same things done without the fixture (_fast_tier_guard).
+SLOW_FIXTURES = ("run_process", "torchrun", "spawn_ranks", "inductor", "shipped_config")
 
 
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.suffix == ".md" or SLOW_FIXTURES_USED(item):
+            item.add_marker(pytest.mark.slow)
+    # The slow ones first, so that two workers do not end on one long test; a stable sort keeps
+    # the blocks of a docs page in order.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def SLOW_FIXTURES_USED(item) -> bool:  # noqa: N802 - read as a rule
+    return any(name in getattr(item, "fixturenames", ()) for name in SLOW_FIXTURES)
+
+
+# ------------------------------------------------------------------------------ xdist
+def pytest_xdist_make_scheduler(config, log):
+    """Each test is a unit of work of its own, except a docs page (its blocks share a sandbox
+    and run in order) and tests marked ``xdist_group`` (they share a module fixture that trains
+    once: the parity matrix of one model)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::", 1)[0]
+            if path.endswith(".md"):
+                return path
+            if "@" in nodeid:  # xdist_group("name") appends "@name"
+                return nodeid.rsplit("@", 1)[-1]
+            return nodeid
+
+    config.option.loadscopereorder = False  # keep the order of pytest_collection_modifyitems
+    return Scheduling(config, log)
+
+
+# ------------------------------------------------------------------------------ processes
+@pytest.fixture
+def run_tool():
+    """``run_tool("tools/train.py", *args, cwd=..., env=...)``: the tool in this process
+    (tool_runs.run_tool); returns ``returncode``, ``stdout``, ``stderr``."""
+    return tool_runs.run_tool
+
+
+@pytest.fixture
+def run_process():
+    """``run_process(*args, cwd=..., env=...)``: ``python ARGS`` as a real process. Slow."""
+    return tool_runs.run_process
+
+
+@pytest.fixture
+def torchrun():
+    """``torchrun(nproc, *args, cwd=..., env=...)``: a real torchrun launch. Slow."""
+    return tool_runs.torchrun
+
+
+@pytest.fixture
+def spawn_ranks():
+    """``spawn_ranks(nproc, "tools/train.py", *args)``: ranks forked from this process, without
+    torchrun (tool_runs.spawn_ranks). Slow."""
+    return tool_runs.spawn_ranks
+
+
+@pytest.fixture
+def inductor():
+    """Marks a test that compiles with inductor (a C++ build: tens of seconds). Slow."""
+    return "inductor"
+
+
+@pytest.fixture
+def shipped_config():
+    """``shipped_config(name, *options)``: configs/NAME.py with ``--cfg-options`` applied, for a
+    test that trains it. Slow."""
+    from libai.config import Config
+
+    def load(name, *options):
+        cfg = Config.fromfile(ROOT / "configs" / f"{name}.py")
+        if options:
+            cfg.merge_from_options(list(options))
+        return cfg
+
+    return load
+
+
+@pytest.fixture(scope="session")
+def shared_once(tmp_path_factory, worker_id):
+    """``shared_once(key, make)``: the folder that ``make(folder)`` filled once per pytest run,
+    whichever worker asked first (tool_runs.shared_once): train a reference once, read it in
+    every test that compares with it."""
+    base = tmp_path_factory.getbasetemp()
+    base = (base if worker_id == "master" else base.parent) / "shared_once"
+    return lambda key, make: tool_runs.shared_once(base, key, make)
+
+
+_DIGITS = ("digits_mlp",)  # in-process they train in a fraction of a second: fast tier
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_guard(request, monkeypatch):
+    """In a test not marked slow, starting a process, compiling with inductor or training a
+    shipped config fails and names the fixture that makes it slow: the fast tier stays fast
+    without anyone remembering to mark a test."""
+    if request.node.get_closest_marker("slow") is not None:
+        yield
+        return
+    name = request.node.nodeid
+
+    def no_process(self, args, *a, **k):
+        pytest.fail(f"{name} starts a process ({args!r}) but is not slow: start it with the "
+                    f"run_process, torchrun or spawn_ranks fixture (tests/conftest.py), or run "
+                    f"the tool in-process with run_tool.", pytrace=False)
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", no_process)
+    compile_ = torch.compile
+
+    def no_inductor(*args, backend="inductor", **kwargs):
+        if backend == "inductor":
+            pytest.fail(f"{name} compiles with inductor but is not slow: use backend="
+                        f"'aot_eager', or ask for the inductor fixture.", pytrace=False)
+        return compile_(*args, backend=backend, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", no_inductor)
+    from libai.runner import Runner
+
+    init = Runner.__init__
+
+    def no_shipped(self, cfg, *args, **kwargs):
+        filename = getattr(cfg, "filename", None)
+        if filename and Path(filename).resolve().parent.is_relative_to(ROOT / "configs") \
+                and not Path(filename).stem.startswith(_DIGITS):
+            pytest.fail(f"{name} trains the shipped config {Path(filename).name} but is not "
+                        f"slow: load it with the shipped_config fixture.", pytrace=False)
+        init(self, cfg, *args, **kwargs)
+
+    monkeypatch.setattr(Runner, "__init__", no_shipped)
+    yield
+
+
+# ------------------------------------------------------------------------------ caches
+def _text_cache_key() -> str:
+    """The code that builds corpora and tokenizers, and the tokenizers release: a change to
+    either makes a new cache folder."""
+    import tokenizers
+
+    digest = hashlib.blake2b(tokenizers.__version__.encode(), digest_size=6)
+    for path in sorted((ROOT / "libai" / "data" / "text").glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _text_cache():
+    # The text configs build the built-in corpus and its tokenizer on first use (seconds each).
+    # The suite keeps them between pytest runs in the checkout's git-ignored .cache/ folder,
+    # never the user's ~/.cache, under a key of the code that builds them; child processes
+    # inherit it, and xdist workers share it through the cache's own file lock
+    # (libai/data/text/sources.py).
+    old = os.environ.get("LIBAI_CACHE_DIR")
+    cache = ROOT / ".cache" / "tests" / f"text-{_text_cache_key()}"
+    cache.mkdir(parents=True, exist_ok=True)
+    os.environ["LIBAI_CACHE_DIR"] = str(cache)
+    yield
+    if old is None:
+        os.environ.pop("LIBAI_CACHE_DIR", None)
+    else:
+        os.environ["LIBAI_CACHE_DIR"] = old
+
+
+# ------------------------------------------------------------------------------ the rest
 @pytest.fixture(scope="session")
 def load_script():
     """``load_script(path, name)``: a script of tools/ or benchmarks/ (not packages) imported as
@@ -19,26 +203,6 @@ def load_script():
         return module
 
     return load
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _text_cache(tmp_path_factory, worker_id):
-    # The text configs build the built-in corpus into a cache on first use: one per test session,
-    # never the user's ~/.cache. Child processes (tools run by the tests) inherit it. pytest-xdist
-    # workers share one (the base temp folder's parent is the session's): the cache is built once,
-    # by whichever worker comes first, the others wait on its lock (libai/data/text/sources.py).
-    old = os.environ.get("LIBAI_CACHE_DIR")
-    if worker_id == "master":
-        cache = tmp_path_factory.mktemp("libai_cache")
-    else:
-        cache = tmp_path_factory.getbasetemp().parent / "libai_cache"
-        cache.mkdir(exist_ok=True)
-    os.environ["LIBAI_CACHE_DIR"] = str(cache)
-    yield
-    if old is None:
-        os.environ.pop("LIBAI_CACHE_DIR", None)
-    else:
-        os.environ["LIBAI_CACHE_DIR"] = old
 
 
 @pytest.fixture(autouse=True)
@@ -74,12 +238,9 @@ def libai_log():
 
 @pytest.fixture
 def one_thread():
-    """torch on one thread for the test: tiny models, where OpenMP threads only wait for each
-    other."""
-    import torch
-
+    """torch on one thread for the test (the suite's default since tests/conftest.py sets it;
+    kept for tests that say so)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
 import os
 import re
-import runpy
 import shlex
 import subprocess
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from sybil import Example
+from tool_runs import run_tool
 
 COMMAND_TIMEOUT_S = 300
 # `~X` in shown output matches a figure within this relative tolerance; `X±T` within T
@@ -78,32 +74,11 @@ def run_command(command: str) -> tuple[int, str]:
 
 
 def _run_in_process(script: str, args: list[str], env: dict) -> tuple[int, str]:
-    buffer = io.StringIO()
-    saved_argv, saved_path = sys.argv, list(sys.path)
-    saved_env = {k: os.environ.get(k) for k in env}
-    sys.argv = [script, *args]
-    sys.path.insert(0, str(Path(script).resolve().parent))
-    os.environ.update(env)
-    status = 0
-    try:
-        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-            runpy.run_path(script, run_name="__main__")
-    except SystemExit as e:
-        status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if isinstance(e.code, str):
-            buffer.write(e.code + "\n")
-    except BaseException as e:
-        raise AssertionError(f"{script} {shlex.join(args)} raised {e!r}; output:\n"
-                             f"{buffer.getvalue()}") from e
-    finally:
-        sys.argv = saved_argv
-        sys.path[:] = saved_path
-        for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    return status, buffer.getvalue()
+    run = run_tool(script, *args, cwd=os.getcwd(), env=env)
+    if run.exception is not None:
+        raise AssertionError(f"{script} {shlex.join(args)} raised {run.exception!r}; output:\n"
+                             f"{run.stdout}{run.stderr}") from run.exception
+    return run.returncode, run.stdout + run.stderr
 
 
 def evaluate_shell(example: Example) -> str | None:

@@ -12,22 +12,34 @@ one process that trains on the same global batch, on:
 - **metrics**: validation and test metrics, largest relative difference (of a perplexity, that of
   its logarithm: the mean loss it is the exponential of);
 - **samples**: the samples each evaluation counted (its log line), which must equal the size of
-  the set: every sample once, whatever the layout.
+  the set (or of its first batches, when limited): every sample once, whatever the layout.
+
+The processes of a layout split the global batch of training and of evaluation alike, so the
+first N evaluation batches of each process hold the samples of one process's first N batches.
 
 A layout passes when loss, weights and metrics are within its tolerance (:data:`LAYOUTS`) and the
 samples are right. ``--check`` exits 1 otherwise. The table in docs/parallel.md is
 ``--markdown``'s output (tests/parallel/test_parity.py holds them equal). The suite runs the rows
-the table's last column names, for that model, on the validation set only (``--suite``); without
-options the script runs every 2-process row of each model, the 4-process rows by hand
-(``--layouts fsdp+tp hsdp``).
+the table's last column names, for that model, on the validation set only and on its first 2
+batches, except one row per evaluation path on the whole set (``--suite``: :data:`Layout`
+``full_val``); without options the script runs every 2-process row of each model on the whole
+validation and test sets, the 4-process rows by hand (``--layouts fsdp+tp hsdp``).
+
+How it runs: each one-process reference (fp32, accumulating, bf16) trains once per model in this
+process (``tools/train.py``'s main); then one ``torchrun`` launch per model and process count
+trains all of that model's rows one after another in one process group (:func:`driver`, each
+row through ``tools/train.py``'s main; graph rows compile anew).
 
     python benchmarks/parity.py [--models gpt2 bert llama] [--layouts ddp tp ...] [--steps 6]
-        [--check] [--json OUT] [--markdown]
+        [--suite] [--check] [--json OUT] [--markdown]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import io
 import json
 import math
 import os
@@ -36,8 +48,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,7 +73,10 @@ NAMES = {"gpt2": "GPT-2", "bert": "BERT", "llama": "Llama"}
 # The layouts a model runs, where not all: Llama shares GPT-2's data path and steps, so only
 # what its own layers change (the split of query and key/value heads, its FSDP blocks)
 MODEL_LAYOUTS = {"llama": ("tp", "fsdp", "pp", "pp+gpipe")}
-GLOBAL_BATCH = 8  # samples per optimizer step and micro-step, over all processes
+# samples per optimizer step and micro-step, over all processes; evaluation batches too (the
+# same shapes: a compiled row does not compile again for another batch size)
+GLOBAL_BATCH = 8
+SUITE_VAL_BATCHES = 2  # what the suite evaluates, except on full_val rows
 
 
 @dataclass(frozen=True)
@@ -71,9 +88,15 @@ class Layout:
     flags: tuple[str, ...] = ()  # tools/train.py flags
     data_shares: int = 1  # data-parallel size: the per-process batch is GLOBAL_BATCH / this
     reference: str = "fp32"  # the one-process run it is compared with (REFERENCES)
-    tolerance: float = 1e-5
+    # fp32: a layout sums the same products in another order (microbatches, split matmuls), and
+    # AdamW turns a rounding difference in a near-zero gradient into up to lr per step on that
+    # element: Llama's pp row gives 1.05e-5 on 2 of 16,384 elements on an AVX-512 CPU (3.0e-6 on
+    # AVX2). A layout that is wrong is 1e-3 to 1e-2 away (tensor-parallel ranks on different
+    # batches: 1.5e-2).
+    tolerance: float = 2e-5
     note: str = ""
     suite: tuple[str, ...] = ()  # the models tests/parallel/test_parity.py runs it for
+    full_val: tuple[str, ...] = ()  # of those, the ones it evaluates on the whole set
 
 
 _AOT = "+optim_wrapper.compile.backend=aot_eager"  # graph mode without the C++ build
@@ -81,12 +104,14 @@ _AOT = "+optim_wrapper.compile.backend=aot_eager"  # graph mode without the C++ 
 # CI machine's 2 cores cannot afford every pair; `python benchmarks/parity.py` runs them all):
 # BERT where its masked-token loss matters (data parallel, accumulation). fsdp and fsdp+ac are
 # in the suite through fsdp+graph and tests/parallel/test_parallel.py (activation checkpointing
-# bit-identical), and run here by hand.
+# bit-identical), and run here by hand. ``full_val``: one row per evaluation path on the whole
+# validation set (each process its share: ddp; every process all of it: tp; the last stage's
+# merged microbatches: pp); the other suite rows evaluate its first 2 batches.
 _GPT, _BERT = ("gpt2",), ("bert",)
 LAYOUTS = {
-    "ddp": Layout(2, data_shares=2, suite=_BERT),
+    "ddp": Layout(2, data_shares=2, suite=_BERT, full_val=_BERT),
     "fsdp": Layout(2, ("parallel.fsdp=2",), data_shares=2),
-    "tp": Layout(2, ("parallel.tensor=2",), suite=("gpt2", "llama")),
+    "tp": Layout(2, ("parallel.tensor=2",), suite=("gpt2", "llama"), full_val=_GPT),
     "fsdp+ac": Layout(2, ("parallel.fsdp=2", "activation_checkpointing=blocks"), data_shares=2),
     "ddp+acc2": Layout(2, ("+optim_wrapper.accumulative_counts=2",), data_shares=2,
                        reference="acc2", suite=_BERT),
@@ -97,7 +122,7 @@ LAYOUTS = {
     "ddp+bf16": Layout(2, (), ("--amp",), data_shares=2, reference="bf16", tolerance=1e-2,
                        note="bf16 autocast", suite=_GPT),
     "pp": Layout(2, ("parallel.pipeline=2",), note="1F1B, 8 microbatches of 1",
-                 suite=("gpt2", "bert", "llama")),
+                 suite=("gpt2", "bert", "llama"), full_val=_GPT),
     "pp+gpipe": Layout(2, ("parallel.pipeline=2", "parallel.pipeline_schedule=gpipe"),
                        note="8 microbatches of 1", suite=_GPT),
     "pp+acc2": Layout(2, ("parallel.pipeline=2", "+optim_wrapper.accumulative_counts=2"),
@@ -111,7 +136,7 @@ LAYOUTS = {
     "pp+fsdp": Layout(4, ("parallel.pipeline=2", "parallel.fsdp=2"), data_shares=2, suite=()),
     "pp+tp": Layout(4, ("parallel.pipeline=2", "parallel.tensor=2"), suite=()),
 }
-# The one-process runs: (batch per micro-step, extra options, flags)
+# The one-process runs: (extra options, flags)
 REFERENCES = {
     "fp32": ((), ()),
     "acc2": (("+optim_wrapper.accumulative_counts=2",), ()),
@@ -129,25 +154,42 @@ class Run:
     seconds: float = 0.0
 
 
-def train(model: str, work: Path, steps: int, nproc: int, options: tuple[str, ...],
-          flags: tuple[str, ...], batch: int, stages: tuple[str, ...] = ("val", "test")) -> Run:
-    """One training run through the user's entry point; what it logged and saved."""
+@dataclass(frozen=True)
+class Plan:
+    """What every run of one matrix shares: steps, the sets evaluated, and how much of them."""
+
+    steps: int = 6
+    stages: tuple[str, ...] = ("val", "test")
+    val_batches: int | None = None  # None: the whole set; else the first N batches per process
+
+
+def train_argv(model: str, work: Path, plan: Plan, options: tuple[str, ...],
+               flags: tuple[str, ...], data_shares: int, full: bool) -> list[str]:
+    """The arguments of ``tools/train.py`` for one run: the shipped config shrunk, the global
+    batch split over the data shares (in training and evaluation alike, so that N processes
+    evaluating their first batches see the samples one process sees in its first batches)."""
     config, shrink = MODELS[model]
-    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
-        if nproc > 1 else []
-    cmd = [sys.executable, *launcher, str(ROOT / "tools" / "train.py"), str(ROOT / config),
-           "--work-dir", str(work), *flags, "--cfg-options", *shrink,
-           f"train_cfg.max_iters={steps}", f"train_cfg.val_interval={steps}",
-           f"train_dataloader.batch_size={batch}", "default_hooks.logger.interval=1",
-           f"default_hooks.checkpoint.interval={steps}", "default_hooks.checkpoint.save_best=None",
-           "+default_hooks.logger.plot=False",
-           *options, *(() if "test" in stages else ("test_dataloader=None", "test_evaluator=None"))]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    start = time.perf_counter()
-    out = subprocess.run(cmd, cwd=work.parent, env=env, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}\nexited {out.returncode}:\n{out.stderr[-3000:]}")
-    run = Run(seconds=time.perf_counter() - start)
+    batch = GLOBAL_BATCH // data_shares
+    limit = () if full or plan.val_batches is None else (
+        f"val_cfg.limit_batches={plan.val_batches}", f"test_cfg.limit_batches={plan.val_batches}")
+    sets = (f"val_dataloader.batch_size={batch}",
+            *((f"test_dataloader.batch_size={batch}",) if "test" in plan.stages
+              else ("test_dataloader=None", "test_evaluator=None")))
+    return [str(ROOT / config), "--work-dir", str(work), *flags, "--cfg-options", *shrink,
+            f"train_cfg.max_iters={plan.steps}", f"train_cfg.val_interval={plan.steps}",
+            f"train_dataloader.batch_size={batch}",
+            *sets, *limit, "default_hooks.logger.interval=1",
+            f"default_hooks.checkpoint.interval={plan.steps}",
+            "default_hooks.checkpoint.save_best=None", "+default_hooks.logger.plot=False",
+            # FlopCounterMode decomposes an op it has no formula for (Llama's silu backward)
+            # on the counted step, ~1e-9 from the fused kernel, and a pipeline counts nothing:
+            # the rows would differ by the counter, not by the layout
+            "+default_hooks.throughput.count_flops=False", *options]
+
+
+def read_run(work: Path, output: str, plan: Plan) -> Run:
+    """What a run logged (scalars.jsonl, its evaluation lines) and its final weights."""
+    run = Run()
     scalars = next(work.glob("*/scalars.jsonl"))
     for line in scalars.read_text().splitlines():
         row = json.loads(line)
@@ -155,13 +197,98 @@ def train(model: str, work: Path, steps: int, nproc: int, options: tuple[str, ..
             run.losses[row["step"]] = row["train/loss"]
         run.metrics.update({k: v for k, v in row.items() if k.startswith(("val/", "test/"))})
     patterns = {"val": r"Iter\(val\) .*samples: (\d+)", "test": r"Test \(iteration .*samples: (\d+)"}
-    for stage, pattern in ((s, patterns[s]) for s in stages):
-        found = re.findall(pattern, out.stdout)
+    for stage in plan.stages:
+        found = re.findall(patterns[stage], output)
         run.samples[stage] = int(found[-1]) if found else -1
-    found = re.search(r"effective batch size .* = (\d+)", out.stdout)
+    found = re.search(r"effective batch size .* = (\d+)", output)
     run.effective_batch = int(found.group(1)) if found else None
-    run.weights = final_weights(work / f"iter_{steps}.pth")
+    run.weights = final_weights(work / f"iter_{plan.steps}.pth")
     return run
+
+
+def _capture(fn: Callable[[], Any]) -> tuple[int, str]:
+    """``fn()`` with its output captured: (exit status as tools/train.py gives it, output)."""
+    from libai.utils.errors import LibaiError
+
+    out = io.StringIO()
+    status = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            fn()
+        except LibaiError as e:
+            print(f"error: {e}", file=sys.stderr)
+            status = 2
+    return status, out.getvalue()
+
+
+def train_here(argv: list[str]) -> tuple[int, str]:
+    """One process: ``tools/train.py``'s main in this process, one thread (as the launched
+    ranks have), output captured."""
+    import torch
+
+    from libai.cli.train import main as train_main
+
+    torch.set_num_threads(1)
+    return _capture(lambda: train_main(argv))
+
+
+def launch(nproc: int, args: list[str]) -> tuple[int, str]:
+    """``torchrun --standalone --nproc_per_node NPROC ARGS``, one thread per process."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc_per_node={nproc}", *args]
+    out = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                         capture_output=True, text=True)
+    return out.returncode, out.stdout + out.stderr
+
+
+def driver(rows_file: str) -> int:
+    """Under torchrun: train the rows of ``rows_file`` one after another, each through
+    ``tools/train.py``'s main, in one process group (one launch for a model's rows, not one per
+    row). Each rank writes ``<log>.<rank>.json`` (status and output) for each row it trained;
+    the first row that fails ends the launch."""
+    import torch
+
+    from libai.cli.train import main as train_main
+    from libai.utils.dist import destroy_dist, get_rank, init_dist
+
+    torch.set_num_threads(1)
+    init_dist()
+    status = 0
+    for row in json.loads(Path(rows_file).read_text()):
+        if "torch._dynamo" in sys.modules:  # each row compiles anew, as its own process would
+            torch._dynamo.reset()
+        start = time.perf_counter()
+        status, output = _capture(lambda row=row: train_main(row["argv"]))
+        Path(f"{row['log']}.{get_rank()}.json").write_text(
+            json.dumps(dict(status=status, output=output, seconds=time.perf_counter() - start)))
+        if status:
+            break
+    destroy_dist(status)
+    return status
+
+
+def run_rows(model: str, nproc: int, rows: dict[str, list[str]], work: Path,
+             launcher: Callable[[int, list[str]], tuple[int, str]]
+             ) -> dict[str, tuple[int, str, float]]:
+    """One launch of ``nproc`` processes for ``rows`` (name -> train arguments): each row's
+    exit status, output (rank 0's; every rank's and the launch's for a row that failed or did
+    not finish) and seconds."""
+    spec = [dict(argv=argv, log=str(work / f"{name}.log")) for name, argv in rows.items()]
+    rows_file = work / f"{model}-{nproc}.json"
+    rows_file.write_text(json.dumps(spec))
+    status, launch_output = launcher(nproc, [str(Path(__file__).resolve()), "--driver",
+                                             str(rows_file)])
+    out = {}
+    for name, row in zip(rows, spec, strict=True):
+        ranks = [Path(f"{row['log']}.{r}.json") for r in range(nproc)]
+        done = [json.loads(f.read_text()) for f in ranks if f.exists()]
+        row_status = max((d["status"] for d in done), default=0)
+        if len(done) == nproc and row_status == 0:
+            out[name] = (0, done[0]["output"], max(d["seconds"] for d in done))
+            continue
+        outputs = "\n".join(d["output"][-3000:] for d in done)
+        out[name] = (row_status or status or 1, f"{outputs}\n{launch_output[-3000:]}", 0.0)
+    return out
 
 
 def final_weights(path: Path) -> dict:
@@ -181,14 +308,24 @@ def final_weights(path: Path) -> dict:
         return torch.load(os.path.join(tmp, "full.pt"), weights_only=True)["model"]
 
 
-def set_sizes(model: str, stages: tuple[str, ...] = ("val", "test")) -> dict[str, int]:
+@functools.cache
+def set_sizes(model: str) -> dict[str, int]:
     """The sizes of the validation and test sets, from the config's own loaders."""
     from libai.config import Config
     from libai.data import build_dataloader
 
     cfg = Config.fromfile(ROOT / MODELS[model][0])
     return {stage: len(build_dataloader(cfg[f"{stage}_dataloader"], seed=0).dataset)
-            for stage in stages}
+            for stage in ("val", "test")}
+
+
+def expected_samples(model: str, plan: Plan, full: bool) -> dict[str, int]:
+    """The samples each evaluation must count: the whole set, or its first batches."""
+    sizes = set_sizes(model)
+    if full or plan.val_batches is None:
+        return {stage: sizes[stage] for stage in plan.stages}
+    return {stage: min(sizes[stage], plan.val_batches * GLOBAL_BATCH)
+            for stage in plan.stages}
 
 
 def _rel(a: float, b: float) -> float:
@@ -242,10 +379,62 @@ def markdown() -> str:
         opts = ", ".join(f"`{o}`" for o in (*lay.flags, *(o for o in lay.options if o != _AOT)))
         note = f" ({lay.note})" if lay.note else ""
         models = ", ".join(NAMES[m] for m in MODELS if runs(m, name))
-        by = f"{', '.join(NAMES[m] for m in lay.suite)}" if lay.suite else "by hand"
+        by = ", ".join(NAMES[m] + (" (whole set)" if m in lay.full_val else "")
+                       for m in lay.suite) or "by hand"
         rows.append(f"| {name}: {opts or 'torchrun alone'}{note} | {lay.nproc} | {models} | "
                     f"{ref} | {lay.tolerance:g} | {by} |")
     return "\n".join(rows)
+
+
+def run_matrix(models: list[str], layouts: list[str], plan: Plan, work: Path, suite: bool = False,
+               train_one: Callable[[list[str]], tuple[int, str]] = train_here,
+               launcher: Callable[[int, list[str]], tuple[int, str]] = launch,
+               report: Callable[[str], None] = print) -> dict[str, dict]:
+    """Each model's rows against one process: the one-process references trained once each
+    (``train_one``: ``tools/train.py``'s main), then one launch per process count for all of a
+    model's rows (``launcher`` runs :func:`driver` under torchrun). ``suite``: only the rows
+    the suite runs for each model, on ``plan.val_batches`` batches except the rows whose
+    ``full_val`` names the model."""
+    results: dict[str, dict] = {}
+    for model in models:
+        names = [n for n in layouts if runs(model, n) and (not suite or model in LAYOUTS[n].suite)]
+        full = {n: not suite or model in LAYOUTS[n].full_val for n in names}
+        refs: dict[tuple[str, bool], Run] = {}
+        for kind, whole in dict.fromkeys((LAYOUTS[n].reference, full[n]) for n in names):
+            options, flags = REFERENCES[kind]
+            folder = work / f"{model}-reference-{kind}{'' if whole else '-limited'}"
+            start = time.perf_counter()
+            status, output = train_one(train_argv(model, folder, plan, options, flags, 1, whole))
+            report(f"{model:<6} reference {kind}{'' if whole else ' (limited)'}: "
+                   f"{time.perf_counter() - start:.0f} s")
+            if status:
+                raise RuntimeError(f"the one-process {kind} run of {model} exited {status}:\n"
+                                   f"{output[-3000:]}")
+            refs[kind, whole] = read_run(folder, output, plan)
+        for nproc in sorted({LAYOUTS[n].nproc for n in names}):
+            rows = {n: train_argv(model, work / f"{model}-{n}", plan, LAYOUTS[n].options,
+                                  LAYOUTS[n].flags, LAYOUTS[n].data_shares, full[n])
+                    for n in names if LAYOUTS[n].nproc == nproc}
+            start = time.perf_counter()
+            done = run_rows(model, nproc, rows, work, launcher)
+            report(f"{model:<6} {nproc} processes, {len(rows)} rows in one launch: "
+                   f"{time.perf_counter() - start:.0f} s")
+            for name, (status, output, seconds) in done.items():
+                lay, key = LAYOUTS[name], f"{model}/{name}"
+                if status:
+                    results[key] = {"ok": False, "error": f"exited {status}:\n{output}"}
+                    report(f"{model:<6} {name:<11} failed (exit {status}):\n{output[-2000:]}")
+                    continue
+                run = read_run(work / f"{model}-{name}", output, plan)
+                sizes = expected_samples(model, plan, full[name])
+                result = compare(run, refs[lay.reference, full[name]], sizes)
+                result["ok"] = passes(result, lay)
+                results[key] = result
+                seen = ", ".join(f"{result['samples'][s]}/{sizes[s]}" for s in plan.stages)
+                report(f"{model:<6} {name:<11} {result['loss']:9.1e} {result['weights']:9.1e} "
+                       f"{result['metrics']:9.1e} {lay.tolerance:9.0e}  {seen:<19}  "
+                       f"{'yes' if result['ok'] else 'NO':<3} {seconds:4.0f} s")
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,49 +443,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layouts", nargs="+", choices=list(LAYOUTS),
                         default=[n for n, lay in LAYOUTS.items() if lay.nproc == 2])
     parser.add_argument("--suite", action="store_true",
-                        help="the pairs the test suite runs (each layout's suite models)")
+                        help="what the test suite runs: each layout's suite models, the "
+                             "validation set only, its first 2 batches except full_val rows")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--check", action="store_true", help="exit 1 if a layout fails")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--markdown", action="store_true", help="print the docs table and exit")
+    parser.add_argument("--driver", metavar="ROWS", help=argparse.SUPPRESS)  # under torchrun
     args = parser.parse_args(argv)
+    if args.driver:
+        return driver(args.driver)
     if args.markdown:
         print(markdown())
         return 0
-    results, failed = {}, []
-    stages = ("val",) if args.suite else ("val", "test")  # the suite's cheap form: no test set
+    plan = Plan(args.steps, ("val",), SUITE_VAL_BATCHES) if args.suite else Plan(args.steps)
     print(f"{'model':<6} {'layout':<11} {'loss':>9} {'weights':>9} {'metrics':>9} "
-          f"{'tolerance':>9}  samples (val, test)  ok  time")
+          f"{'tolerance':>9}  samples (val, test)  ok  time", flush=True)
     with tempfile.TemporaryDirectory(prefix="libai-parity-") as tmp:
-        for model in args.models:
-            sizes, refs = set_sizes(model, stages), {}
-            for name in args.layouts:
-                lay = LAYOUTS[name]
-                if (args.suite and model not in lay.suite) or not runs(model, name):
-                    continue
-                try:
-                    if lay.reference not in refs:
-                        options, flags = REFERENCES[lay.reference]
-                        refs[lay.reference] = train(model, Path(tmp, f"{model}-{lay.reference}"),
-                                                    args.steps, 1, options, flags, GLOBAL_BATCH,
-                                                    stages)
-                    run = train(model, Path(tmp, f"{model}-{name}"), args.steps, lay.nproc,
-                                lay.options, lay.flags, GLOBAL_BATCH // lay.data_shares, stages)
-                except RuntimeError as e:  # a run that fails is a row that fails
-                    print(f"{model:<6} {name:<11} failed: {e}", flush=True)
-                    results[f"{model}/{name}"] = {"ok": False, "error": str(e)}
-                    failed.append(f"{model}/{name}")
-                    continue
-                result = compare(run, refs[lay.reference], sizes)
-                result["ok"] = passes(result, lay)
-                results[f"{model}/{name}"] = result
-                failed += [] if result["ok"] else [f"{model}/{name}"]
-                seen = ", ".join(f"{result['samples'][s]}/{sizes[s]}" for s in stages)
-                print(f"{model:<6} {name:<11} {result['loss']:9.1e} {result['weights']:9.1e} "
-                      f"{result['metrics']:9.1e} {lay.tolerance:9.0e}  {seen:<19}  "
-                      f"{'yes' if result['ok'] else 'NO':<3} {run.seconds:4.0f} s", flush=True)
+        results = run_matrix(args.models, args.layouts, plan, Path(tmp), suite=args.suite,
+                             report=lambda line: print(line, flush=True))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
+    failed = [key for key, result in results.items() if not result["ok"]]
     if failed:
         print(f"outside tolerance: {', '.join(failed)}")
     return 1 if failed and args.check else 0

@@ -1,16 +1,11 @@
-"""Two real processes (gloo on CPU): both ranks get the same metrics as one process would."""
+"""Two ranks forked from the test (gloo on CPU): both get the same metrics as one process would."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import socket
 
-import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from libai.evaluator import BaseMetric, Evaluator
 from libai.utils import dist as dist_utils
@@ -61,31 +56,21 @@ def run_evaluator(data, indices):
     return evaluator.evaluate(SIZE)
 
 
-def worker(rank, port, out_dir):
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD_SIZE
-    )
+def worker():
+    """A rank forked by spawn_ranks (gloo, torchrun's environment): its metrics."""
+    dist.init_process_group("gloo")
     try:
+        rank = dist.get_rank()
         assert dist_utils.get_world_size() == WORLD_SIZE
         indices = list(range(SIZE))
         indices += indices[: (-SIZE) % WORLD_SIZE]  # the sampler's padding
-        result = run_evaluator(make_dataset(), indices[rank::WORLD_SIZE])
-        with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-            json.dump(result, f)
+        return run_evaluator(make_dataset(), indices[rank::WORLD_SIZE])
     finally:
         dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.mark.slow
-def test_two_gloo_ranks_agree_with_single_process(tmp_path):
-    mp.spawn(worker, args=(free_port(), str(tmp_path)), nprocs=WORLD_SIZE, join=True)
-    got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD_SIZE)]
+def test_two_gloo_ranks_agree_with_single_process(spawn_ranks):
+    got = [r.value for r in spawn_ranks(WORLD_SIZE, worker, timeout=120).check().ranks]
     expected = run_evaluator(make_dataset(), list(range(SIZE)))
 
     assert got[0] == got[1]

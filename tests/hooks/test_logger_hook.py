@@ -288,8 +288,10 @@ def test_plots_written(make_runner, run_iters):
     assert not os.path.exists(os.path.join(plots, "val_loss.png"))  # drawn with the train loss
 
 
-def test_plots_are_drawn_by_a_background_process_that_logs_when_done(make_runner, run_iters, tmp_path):
-    """plot=True (the default): the run ends at once; the plot process appends to the run's log."""
+def test_plots_are_drawn_by_a_background_process_that_logs_when_done(make_runner, run_iters,
+                                                                      tmp_path, run_process):
+    """plot=True (the default): the run ends at once; the plot process appends to the run's log.
+    LoggerHook starts that process itself: run_process (unused) marks the test slow."""
     import logging
 
     log_file = tmp_path / "run.log"

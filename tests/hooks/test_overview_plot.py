@@ -3,8 +3,6 @@ scalar family."""
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -102,16 +100,14 @@ def test_logger_hook_saves_and_names_the_overview_first(make_runner, run_iters):
     assert f"Saved {OVERVIEW} and 5 plot(s) in {plots}" in runner.messages
 
 
-def test_the_plot_script_imports_neither_torch_nor_libai(tmp_path):
+def test_the_plot_script_imports_neither_torch_nor_libai(tmp_path, run_process):
     """LoggerHook runs plots.py as a file in a background process, which must import the
-    standard library and matplotlib only (no torch, no libai)."""
+    standard library and matplotlib only (no torch, no libai): a fresh interpreter shows it."""
     jsonl = tmp_path / "scalars.jsonl"
     _write_jsonl(jsonl, [{"step": s, "train/loss": 1.0 / s} for s in STEPS])
     log = tmp_path / "run.log"
-    out = subprocess.run(
-        [sys.executable, "-X", "importtime", plots_module.__file__, str(jsonl),
-         str(tmp_path / "plots"), str(log)],
-        capture_output=True, text=True, timeout=120)
+    out = run_process("-X", "importtime", plots_module.__file__, jsonl, tmp_path / "plots", log,
+                      timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()
                 if line.startswith("import time:")}

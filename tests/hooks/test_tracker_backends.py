@@ -5,7 +5,6 @@ run files) and TensorBoard's EventAccumulator."""
 import glob
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -38,18 +37,18 @@ def tracker_env(monkeypatch, tmp_path):
     _tracker_env(monkeypatch, tmp_path)
 
 
-def _wandb_inspect(run_dir, *flags):
-    """``wandb leet inspect --json``: wandb's own reader of a run's ``.wandb`` file."""
-    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", *flags,
-                          str(run_dir)], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "WANDB_MODE": "offline"})
+def _wandb_inspect(run_process, run_dir, *flags):
+    """``wandb leet inspect --json``: wandb's own reader of a run's ``.wandb`` file (a process:
+    the reader is wandb's command)."""
+    out = run_process("-m", "wandb", "leet", "inspect", "--json", *flags, run_dir, timeout=120,
+                      env={"WANDB_MODE": "offline"})
     assert out.returncode == 0, out.stderr
     return out.stdout
 
 
-def _history(run_dir):
+def _history(run_process, run_dir):
     rows = {}
-    for line in _wandb_inspect(run_dir).splitlines():
+    for line in _wandb_inspect(run_process, run_dir).splitlines():
         record = json.loads(line)
         if record.get("type") == "history":
             rows[record["history"]["step"]["num"]] = record["history"]["item"]
@@ -125,14 +124,14 @@ def test_mlflow_holds_the_scalars_config_and_best_checkpoint(tracked_run):
         assert json.load(f)["run_id"] == run.info.run_id
 
 
-def test_wandb_offline_run_file_holds_history_config_and_summary(tracked_run):
+def test_wandb_offline_run_file_holds_history_config_and_summary(tracked_run, run_process):
     runner, rows = tracked_run
     # training, then the test: two offline folders of the same W&B run (wandb sync joins them)
     train_dir, test_dir = sorted(glob.glob(os.path.join(runner.series_dir, "wandb", "offline-run-*")))
     with open(os.path.join(runner.series_dir, "wandb_run.json")) as f:
         run_id = json.load(f)["id"]
     assert f"-{run_id}" in os.path.basename(train_dir) and f"-{run_id}" in test_dir
-    history = _history(train_dir)
+    history = _history(run_process, train_dir)
     train_rows, test_rows = rows[:-1], rows[-1:]
     assert sorted(history) == sorted({r["step"] for r in train_rows})
     for row in train_rows:
@@ -148,8 +147,8 @@ def test_wandb_offline_run_file_holds_history_config_and_summary(tracked_run):
                 assert item[f"{what}/{name}._type"] == "histogram"
                 assert sum(item[f"{what}/{name}.values"]) == n
                 assert len(item[f"{what}/{name}.bins"]) == 65
-    assert _history(test_dir)[20]["test/accuracy"] == test_rows[0]["test/accuracy"]
-    summary = json.loads(_wandb_inspect(test_dir, "--summary"))
+    assert _history(run_process, test_dir)[20]["test/accuracy"] == test_rows[0]["test/accuracy"]
+    summary = json.loads(_wandb_inspect(run_process, test_dir, "--summary"))
     assert summary["state"] == "finished" and summary["name"] == runner.timestamp
     assert summary["project"] == "toy_trackers"
     assert summary["config"]["model.type"] == "ToyModel"
@@ -226,7 +225,9 @@ def test_mlflow_resume_reuses_the_run_and_keeps_param_limits(tmp_path, tracker_e
     assert len(client.search_runs([run.info.experiment_id])) == 2
 
 
-def test_wandb_resume_uses_the_same_run_id(tmp_path, tracker_env, monkeypatch):
+def test_wandb_resume_uses_the_same_run_id(tmp_path, tracker_env, monkeypatch, run_process):
+    # slow by run_process: wandb starts processes of its own (git, its service), and the run
+    # files are read back with wandb's command
     pytest.importorskip("wandb")
     monkeypatch.delenv("WANDB_MODE")  # no mode anywhere: offline
     ids = []
@@ -242,7 +243,7 @@ def test_wandb_resume_uses_the_same_run_id(tmp_path, tracker_env, monkeypatch):
     # one folder per attempt, both with the run's id (wandb adds '-1' within the same second)
     dirs = sorted(glob.glob(str(tmp_path / "wandb" / "offline-run-*")))
     assert len(dirs) == 2 and all(f"-{ids[0]}" in os.path.basename(d) for d in dirs)
-    assert _history(dirs[1])[10]["train/loss"] == pytest.approx(1 / 6)
+    assert _history(run_process, dirs[1])[10]["train/loss"] == pytest.approx(1 / 6)
 
 
 @pytest.mark.parametrize("backend,module", [("WandbBackend", "wandb"), ("MLflowBackend", "mlflow")])

@@ -35,7 +35,6 @@ import os
 import pytest
 import torch
 
-from libai.config import Config
 from libai.hooks import Hook
 from libai.model import save_hf_pretrained
 from libai.model.zoo.hf_mapping import libai_to_hf
@@ -43,7 +42,6 @@ from libai.runner import Runner
 
 transformers = pytest.importorskip("transformers")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS, BATCH, SEQ = 50, 4, 32
 LOSS_RTOL = 1e-4
 WEIGHT_ATOL = 1e-5
@@ -66,8 +64,8 @@ class RecordStepsHook(Hook):
         self.batches.append({k: v.clone() for k, v in data_batch.items()})
 
 
-def shrunk_config(name, work_dir):
-    cfg = Config.fromfile(os.path.join(ROOT, "configs", f"{name}.py")).to_dict()
+def shrunk_config(shipped_config, name, work_dir):
+    cfg = shipped_config(name).to_dict()
     cfg["work_dir"] = str(work_dir)
     cfg["model"].update(num_layers=2, hidden_dropout=0.0, attention_dropout=0.0)
     loader = cfg["train_dataloader"]
@@ -171,11 +169,10 @@ CASES = {  # config: (the Hugging Face class, batch -> its arguments)
 }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_training_matches_transformers(tmp_path, name, one_thread):
+def test_training_matches_transformers(tmp_path, name, one_thread, shipped_config):
     hf_cls, to_inputs = CASES[name]
-    cfg = shrunk_config(name, tmp_path / "work")
+    cfg = shrunk_config(shipped_config, name, tmp_path / "work")
     runner, recorder, rows = train_libai(cfg, tmp_path / "hf")
 
     hf, info = getattr(transformers, hf_cls).from_pretrained(

@@ -4,8 +4,6 @@ is one line naming the file, why, and the conversion to safetensors; the convers
 
 import argparse
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -17,7 +15,6 @@ from libai.utils.errors import CheckpointError
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BERT = dict(vocab_size=99, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
             intermediate_size=24, max_position_embeddings=32)
 
@@ -34,11 +31,10 @@ def unsafe_folder(tmp_path):
     return folder, hf
 
 
-def test_convert_checkpoint_says_what_the_file_is_and_what_to_do(unsafe_folder, tmp_path):
+def test_convert_checkpoint_says_what_the_file_is_and_what_to_do(unsafe_folder, tmp_path,
+                                                                 run_tool):
     folder, _ = unsafe_folder
-    out = subprocess.run([sys.executable, "tools/convert_checkpoint.py", "hf2libai", str(folder),
-                          str(tmp_path / "out.pth")], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
+    out = run_tool("tools/convert_checkpoint.py", "hf2libai", folder, tmp_path / "out.pth")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
@@ -50,14 +46,16 @@ def test_convert_checkpoint_says_what_the_file_is_and_what_to_do(unsafe_folder, 
     assert not (tmp_path / "out.pth").exists()
 
 
-def test_load_from_says_the_same_and_the_suggested_conversion_works(unsafe_folder):
+def test_load_from_says_the_same_and_the_suggested_conversion_works(unsafe_folder, run_tool):
     folder, hf = unsafe_folder
     model = from_hf_pretrained(_safe_copy(hf, folder.parent / "safe"))
     with pytest.raises(CheckpointError, match=r"pytorch_model.bin is a pickle that torch.load"
                                               r"\(weights_only=True\) refuses") as info:
         load_weights(model, str(folder))
     command = str(info.value).split('python -c "')[1].split('"')[0]
-    subprocess.run([sys.executable, "-c", command], check=True, timeout=120)
+    script = folder.parent / "suggested.py"  # `python -c COMMAND`, run as a script here
+    script.write_text(command)
+    run_tool(script).check()
     assert (folder / "model.safetensors").is_file()
     for p in model.parameters():
         torch.nn.init.zeros_(p)

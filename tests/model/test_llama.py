@@ -1,14 +1,10 @@
 """Llama: batch contract, config checks, init, Hugging Face parity both ways (logits, greedy
-generation, parameter counts), tensor parallel (the plan, the head-count refusal, 2 processes
-against one), and the shipped configs (llama_tiny learns; llama3_1b's real dimensions).
-
-Run as a script under torchrun, this file is the 2-process tensor-parallel worker that
-``test_tensor_parallel_equals_one_process`` starts."""
+generation, parameter counts), tensor parallel (the plan, the head-count refusal, 2 forked ranks
+against one process), and the shipped configs (llama_tiny learns; llama3_1b's real
+dimensions)."""
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -347,23 +343,17 @@ def test_tensor_parallel_plan_and_head_count_refusal():
         assert "choose parallel.tensor among [1, 2]" in message and "\n" not in message
 
 
-@pytest.mark.slow
-def test_tensor_parallel_equals_one_process():
-    out = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         os.path.abspath(__file__)], cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert out.returncode == 0, out.stderr[-3000:]
-    [line] = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    diff = json.loads(line.removeprefix("RESULT "))
+def test_tensor_parallel_equals_one_process(spawn_ranks):
+    # the math on 2 forked ranks; torchrun's own path: tests/parallel/test_pipeline.py
+    diff = spawn_ranks(2, _worker, timeout=300).check().ranks[0].value
     for case in ("tp tied", "tp untied", "tp+rank0_init untied", "fsdp untied"):
         assert diff[case] < 1e-5, diff
     assert diff["kv split"] == "(Shard(dim=0),)torch.Size([16, 64])", diff  # 1 of 2 KV heads
 
 
 def _worker():
-    """2 processes (gloo): tensor parallel (and FSDP) train a tiny Llama for 3 AdamW steps;
-    rank 0 prints the largest weight difference from one process on the same batches."""
+    """A rank of 2 (gloo): tensor parallel (and FSDP) train a tiny Llama for 3 AdamW steps;
+    returns the largest weight difference from one process on the same batches."""
     import contextlib
 
     import torch.distributed as dist
@@ -407,13 +397,12 @@ def _worker():
         share = (lambda t: t.chunk(world)[rank]) if pc.fsdp > 1 else (lambda t: t)
         state = train(model, pc.tensor > 1, share)
         result[name] = max((state[k] - reference[k]).abs().max().item() for k in reference)
-    if rank == 0:
-        print("RESULT " + json.dumps(result))
     dist.destroy_process_group()
+    return result
 
 
 # ----------------------------------------------------------------------------- shipped configs
-def _config(name):
+def _config(name):  # read, not trained: shipped_config is for a test that trains one
     from libai.config import Config
 
     return Config.fromfile(os.path.join(ROOT, "configs", f"{name}.py"))
@@ -444,11 +433,10 @@ def test_llama3_1b_config_has_the_real_dimensions():
     assert cfg.train_dataloader.batch_size * cfg.optim_wrapper.accumulative_counts == 64
 
 
-def test_llama_tiny_loss_falls(tmp_path):
+def test_llama_tiny_loss_falls(tmp_path, shipped_config):
     from libai.runner import Runner
 
-    cfg = _config("llama_tiny")
-    cfg.merge_from_options(["train_cfg.max_iters=20", "train_dataloader.batch_size=4"])
+    cfg = shipped_config("llama_tiny", "train_cfg.max_iters=20", "train_dataloader.batch_size=4")
     cfg.work_dir = str(tmp_path)
     cfg.val_dataloader = None  # training only
     cfg.default_hooks = dict(logger=dict(interval=1, progress_bar=False, plot=False),
@@ -461,24 +449,17 @@ def test_llama_tiny_loss_falls(tmp_path):
     assert sum(losses[-3:]) / 3 < losses[0] - 0.8, losses  # ~7.7 after 20 steps
 
 
-@pytest.mark.slow
-def test_llama3_1b_fast_dev_run_on_cpu_shrunk(tmp_path):
-    # the real widths and vocabulary, 2 of the 16 layers, blocks of 256 tokens: one step of one
-    # block, one validation batch (~1-2 minutes on 2 cores, ~6 GB; the 128,256-token BPE
-    # vocabulary is trained on first use)
-    seq = [f"{s}_dataloader.dataset.seq_length=256" for s in ("train", "val", "test")]
-    out = subprocess.run(
-        [sys.executable, "tools/train.py", os.path.join(ROOT, "configs", "llama3_1b.py"),
-         "--work-dir", str(tmp_path), "--fast-dev-run", "1", "--cfg-options",
-         "model.num_layers=2", *seq], cwd=ROOT, capture_output=True, text=True, timeout=900)
-    log = out.stdout + out.stderr
+def test_llama3_1b_fast_dev_run_on_cpu_shrunk(tmp_path, run_tool, shipped_config):
+    # the real widths and vocabulary, 2 of the 16 layers, blocks of 64 tokens: one step of one
+    # block, one validation batch (~6 GB; the 128,256-token BPE vocabulary is trained on first
+    # use), through tools/train.py in this process (shipped_config: it trains a shipped config)
+    seq = [f"{s}_dataloader.dataset.seq_length=64" for s in ("train", "val", "test")]
+    out = run_tool("tools/train.py", os.path.join(ROOT, "configs", "llama3_1b.py"), "--work-dir",
+                   tmp_path, "--fast-dev-run", "1", "--cfg-options", "model.num_layers=2", *seq)
+    log = out.output
     assert out.returncode == 0, log[-3000:]
     assert "Iter [1/1]" in log and "val/perplexity" in log and "384,313,344" in log
     assert not any(name.endswith(".pth") for name in os.listdir(tmp_path))
-
-
-if __name__ == "__main__":
-    _worker()
 
 
 def test_gpt2_and_bert_blocks_refuse_a_size_that_does_not_divide_their_heads():

@@ -1,12 +1,15 @@
-"""Run under torchrun with 2 processes (gloo, CPU): each strategy trains a tiny GPT for a few
-AdamW steps next to a one-process reference on the same global batch, and rank 0 prints the
-largest parameter difference per strategy as JSON (tests/parallel/test_parallel.py reads it).
+"""The ranks of a 2-process run (gloo, CPU): each strategy trains a tiny GPT for a few AdamW
+steps next to a one-process reference on the same global batch, and :func:`main` returns the
+largest parameter difference per strategy (tests/parallel/test_parallel.py forks the ranks with
+spawn_ranks and reads rank 0's; run under torchrun, rank 0 prints it as JSON).
 "+graph" cases compile the sharded model block by block (GraphModule's ``blocks``; the
 ``aot_eager`` backend: the same graphs as inductor's, without the C++ build).
-With 4 processes (by hand: too slow for the suite on 2 cores) it runs 2-D FSDP x TP instead."""
+With 4 processes (by hand under torchrun: too slow for the suite on 2 cores) it runs 2-D FSDP x
+TP instead."""
 
 import contextlib
 import json
+import os
 
 import torch
 import torch.distributed as dist
@@ -60,7 +63,7 @@ def max_diff(a, b):
     return max((a[k].float() - b[k].float()).abs().max().item() for k in b)
 
 
-def main():
+def main() -> dict:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     reference = train(tiny_gpt(), lambda b: b)
@@ -106,10 +109,11 @@ def main():
         build_on_rank0(WithPlainTensor, ParallelConfig(world_size=world, data=world, rank0_init=True))
     except ConfigError as e:
         result["plain tensor"] = str(e)
-    if rank == 0:
-        print("RESULT " + json.dumps(result))
     dist.destroy_process_group()
+    return result
 
 
 if __name__ == "__main__":
-    main()
+    result = main()
+    if os.environ.get("RANK") == "0":
+        print("RESULT " + json.dumps(result))

@@ -3,7 +3,6 @@ ranks read disjoint shares whose union is the epoch, and evaluation shares are n
 
 import pytest
 
-from libai.data import DefaultSampler
 from libai.parallel import parse_parallel
 from libai.runner.build import build_loader
 
@@ -21,13 +20,17 @@ def test_the_layout_gives_each_process_its_share(sizes, world, expected):
 
 
 def test_peers_read_one_share_and_shares_cover_the_epoch_once():
+    """The runner's path for each of 4 ranks (fsdp=2 x tensor=2): its coordinates from the
+    layout, its loader from build_loader."""
     pc = parse_parallel(dict(fsdp=2, tensor=2), 4)
-    orders = []
-    for rank in range(4):
-        dp = pc.data_parallel(rank)
-        sampler = DefaultSampler(list(range(11)), seed=3, rank=dp.rank, world_size=dp.size)
-        orders.append(list(sampler))
+    cfg = dict(dataset=list(range(11)), sampler=dict(type="DefaultSampler"), batch_size=2)
+    loaders = [build_loader(dict(cfg), "train_dataloader", 3, pc.data_parallel(rank), False)
+               for rank in range(4)]
+    orders = [list(loader.sampler) for loader in loaders]
+    batches = [[b.tolist() for b in loader] for loader in loaders]
     assert orders[0] == orders[1] and orders[2] == orders[3]  # tensor-parallel peers
+    assert batches[0] == batches[1] and batches[2] == batches[3]  # batch for batch
+    assert orders[0] != sorted(orders[0])  # shuffled: the peers agree on a drawn order
     assert len(set(orders[0]) & set(orders[2])) <= 1  # disjoint, but for the one padding sample
     assert set(orders[0]) | set(orders[2]) == set(range(11))
 

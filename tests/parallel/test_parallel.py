@@ -1,11 +1,7 @@
 """libai.parallel: the ``parallel`` key, activation checkpointing, FSDP2 and tensor parallel
 against one process."""
 
-import json
-import os
-import subprocess
-import sys
-
+import parallel_worker
 import pytest
 import torch
 
@@ -13,9 +9,6 @@ from libai.model.zoo.gpt import GPTForCausalLM
 from libai.model.zoo.mlp import DigitsMLP
 from libai.parallel import ParallelConfig, apply_activation_checkpointing, parse_parallel
 from libai.utils.errors import ConfigError
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def test_sizes_fill_in_data_and_name_the_strategy():
@@ -83,15 +76,11 @@ def test_blocks_policy_needs_a_declaration():
         apply_activation_checkpointing(DigitsMLP(), "blocks")
 
 
-@pytest.mark.slow
-def test_fsdp_and_tensor_parallel_equal_one_process():
-    out = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         os.path.join(HERE, "parallel_worker.py")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    [line] = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    diff = json.loads(line.removeprefix("RESULT "))
+def test_fsdp_and_tensor_parallel_equal_one_process(spawn_ranks):
+    # the strategies' math on 2 forked ranks (parallel_worker.main); torchrun's own path:
+    # tests/parallel/test_pipeline.py and the parity matrix
+    ranks = spawn_ranks(2, parallel_worker.main, timeout=300).check()
+    diff = ranks.ranks[0].value
     # 3 AdamW steps on 2 processes vs one process on the same global batch; DDP's own difference
     # (sums of the same numbers in another order) is the yardstick
     assert diff["fsdp_vs_ddp"] == 0.0, diff  # FSDP2 reduces the same sums as DDP

@@ -1,12 +1,10 @@
 """Pipeline parallel (libai.parallel.pipeline): the ``parallel`` keys, the split into stages, the
-pruned model's names, the merge of microbatch outputs; and through ``torchrun tools/train.py``,
-an interleaved schedule against one process, ``tools/test.py`` and ``sharded2file`` on a
-pipeline checkpoint, and one-line errors. (GPipe and 1F1B against one process, for GPT-2, BERT
-and Llama: the parity matrix, tests/parallel/test_parity.py; resume: tests/resume.)"""
+pruned model's names, the merge of microbatch outputs; and through ``tools/train.py`` (on forked
+ranks), an interleaved schedule against one process, ``tools/test.py`` and ``sharded2file`` on a
+pipeline checkpoint; under a real ``torchrun``, one-line errors on every rank and a failing
+rank's traceback. (GPipe and 1F1B against one process, for GPT-2, BERT and Llama: the parity
+matrix, tests/parallel/test_parity.py; resume: tests/resume.)"""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -144,33 +142,38 @@ def test_microbatch_outputs_merge_into_the_batch_ones():
 # ---------------------------------------------------------------- through tools/train.py
 
 SHRINK = ["model.num_layers=4", "model.hidden_size=64", "model.num_heads=4",
-          "model.hidden_dropout=0.0", "model.attention_dropout=0.0",
-          "train_dataloader.batch_size=8", "train_cfg.max_iters=3", "train_cfg.val_interval=3",
-          "default_hooks.logger.interval=1", "default_hooks.checkpoint.interval=3",
-          "default_hooks.checkpoint.save_best=None", "+default_hooks.logger.plot=False",
-          "test_dataloader=None", "test_evaluator=None"]
+          "model.hidden_dropout=0.0", "model.attention_dropout=0.0"]
+# 3 steps, validated on 2 batches at the end (the whole set through a pipeline: the pp row of the
+# parity matrix, tests/parallel/test_parity.py)
+TRAIN = [*SHRINK, "train_dataloader.batch_size=8", "train_cfg.max_iters=3",
+         "train_cfg.val_interval=3", "val_cfg.limit_batches=2", "default_hooks.logger.interval=1",
+         "default_hooks.checkpoint.interval=3", "default_hooks.checkpoint.save_best=None",
+         "+default_hooks.logger.plot=False", "test_dataloader=None", "test_evaluator=None"]
+TEST = [*SHRINK, "test_dataloader.batch_size=8", "test_cfg.limit_batches=2",
+        "+default_hooks.logger.plot=False"]
+GPT2 = str(ROOT / "configs" / "gpt2_tiny.py")
 
 
-def train(work, nproc, *options):
-    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
-        if nproc > 1 else []
-    cmd = [sys.executable, *launcher, str(ROOT / "tools" / "train.py"),
-           str(ROOT / "configs" / "gpt2_tiny.py"), "--work-dir", str(work), "--cfg-options",
-           *SHRINK, *options]
-    return subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                          capture_output=True, text=True, timeout=600)
+def train_args(work, *options):
+    return [GPT2, "--work-dir", str(work), "--cfg-options", *TRAIN, *options]
 
 
-@pytest.mark.slow
-def test_an_interleaved_pipeline_equals_one_process_and_its_checkpoint_reads_anywhere(tmp_path):
+def test_an_interleaved_pipeline_equals_one_process_and_its_checkpoint_reads_anywhere(
+        tmp_path, run_tool, spawn_ranks):
+    """The schedule's math on 2 forked ranks, the one-process side and the tools in this process
+    (torchrun's own path: the tests below)."""
     from libai.checkpoint import load_checkpoint
 
-    pp = train(tmp_path / "pp", 2, "parallel.pipeline=2",
-               "parallel.pipeline_schedule=interleaved_1f1b")
-    assert pp.returncode == 0, pp.stderr[-3000:]
+    # the whole validation set: looped BFS evaluation (several stages per process) meets a short
+    # last batch (429 = 53 x 8 + 5), which the parity matrix's 1F1B pp row does not run
+    whole_set = "val_cfg.limit_batches=None"
+    pp = spawn_ranks(2, "tools/train.py", *train_args(
+        tmp_path / "pp", "parallel.pipeline=2", "parallel.pipeline_schedule=interleaved_1f1b",
+        whole_set))
+    pp.check()
     assert "Pipeline: interleaved_1f1b, 4 stages over 2 processes" in pp.stdout
-    one = train(tmp_path / "one", 1)
-    assert one.returncode == 0, one.stderr[-3000:]
+    assert "samples: 429" in pp.stdout  # every sample once
+    one = run_tool("tools/train.py", *train_args(tmp_path / "one", whole_set)).check()
 
     def val_loss(out):
         return float(out.split("val/loss: ")[1].split()[0])
@@ -181,33 +184,20 @@ def test_an_interleaved_pipeline_equals_one_process_and_its_checkpoint_reads_any
 
     # one process converts it to one file, and evaluates it with tools/test.py
     whole = tmp_path / "whole.pth"
-    convert = subprocess.run([sys.executable, str(ROOT / "tools" / "convert_checkpoint.py"),
-                              "sharded2file", str(ckpt), str(whole)], cwd=ROOT,
-                             capture_output=True, text=True, timeout=300)
-    assert convert.returncode == 0, convert.stderr[-3000:]
+    run_tool("tools/convert_checkpoint.py", "sharded2file", ckpt, whole).check()
     a = load_checkpoint(whole)["state_dict"]
     b = load_checkpoint(tmp_path / "one" / "iter_3.pth")["state_dict"]
     assert a.keys() == b.keys()
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
-    test = subprocess.run([sys.executable, str(ROOT / "tools" / "test.py"),
-                           str(ROOT / "configs" / "gpt2_tiny.py"), str(ckpt), "--work-dir",
-                           str(tmp_path / "test"), "--cfg-options", *SHRINK[:5],
-                           "test_dataloader.batch_size=8"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert test.returncode == 0, test.stderr[-3000:]
+    test = run_tool("tools/test.py", GPT2, ckpt, "--work-dir", tmp_path / "test",
+                    "--cfg-options", *TEST).check()
     assert "test/perplexity" in test.stdout
 
     # and the other way: a pipeline evaluates the one-process checkpoint (each stage loads its
     # part of the whole weights)
-    piped = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                            "--nproc_per_node=2", str(ROOT / "tools" / "test.py"),
-                            str(ROOT / "configs" / "gpt2_tiny.py"),
-                            str(tmp_path / "one" / "iter_3.pth"), "--work-dir",
-                            str(tmp_path / "test_pp"), "--cfg-options", *SHRINK[:5],
-                            "test_dataloader.batch_size=8", "parallel.pipeline=2"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=300,
-                           env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert piped.returncode == 0, piped.stderr[-3000:]
+    piped = spawn_ranks(2, "tools/test.py", GPT2, tmp_path / "one" / "iter_3.pth", "--work-dir",
+                        tmp_path / "test_pp", "--cfg-options", *TEST, "parallel.pipeline=2")
+    piped.check()
 
     def perplexity(out):
         return float(out.split("test/perplexity: ")[1].split()[0])
@@ -215,17 +205,22 @@ def test_an_interleaved_pipeline_equals_one_process_and_its_checkpoint_reads_any
     assert perplexity(piped.stdout) == pytest.approx(perplexity(test.stdout), rel=1e-5)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("options, message", [
-    (["parallel.pipeline=2", "parallel.microbatches=3"],
-     "parallel.microbatches=3 does not divide the batch of 8 samples"),
-    (["parallel.pipeline=2", "parallel.pipeline_schedule=gpipee"], "Did you mean 'gpipe'?"),
-])
-def test_pipeline_mistakes_stop_every_rank_with_one_line(tmp_path, options, message):
-    out = train(tmp_path / "w", 2, *options)
+def test_pipeline_mistakes_stop_every_rank_with_one_line(tmp_path, spawn_ranks, torchrun):
+    """Each rank says the mistake in one line, without a traceback through libai: a schedule's
+    misspelling under a real torchrun launch (what the user sees), a microbatch count that does
+    not divide the batch on forked ranks, each rank's output read on its own."""
+    out = torchrun(2, "tools/train.py", *train_args(
+        tmp_path / "w", "parallel.pipeline=2", "parallel.pipeline_schedule=gpipee"))
     assert out.returncode != 0
-    assert message in out.stderr, out.stderr[-3000:]
+    assert "Did you mean 'gpipe'?" in out.stderr, out.stderr[-3000:]
     assert "libai/" not in out.stderr  # no traceback through libai: the line says it all
+    ranks = spawn_ranks(2, "tools/train.py", *train_args(
+        tmp_path / "m", "parallel.pipeline=2", "parallel.microbatches=3"))
+    for rank in ranks.ranks:
+        assert rank.returncode != 0
+        assert "parallel.microbatches=3 does not divide the batch of 8 samples" in rank.stderr, \
+            rank.stderr[-3000:]
+        assert "libai/" not in rank.stderr
 
 
 FAILING_RANK = '''
@@ -247,14 +242,12 @@ run_cli(main, teardown=destroy_dist)
 '''
 
 
-@pytest.mark.slow
-def test_a_bug_on_one_rank_ends_the_run_with_its_traceback(tmp_path):
+def test_a_bug_on_one_rank_ends_the_run_with_its_traceback(tmp_path, torchrun):
     """A rank that fails must not wait for its peers at the teardown (one of them waits for it:
-    a pipeline's next stage): it leaves, with its traceback, and torchrun stops the others."""
+    a pipeline's next stage): it leaves, with its traceback, and torchrun stops the others.
+    A real torchrun launch: stopping the others is torchrun's part of the claim."""
     script = tmp_path / "failing.py"
     script.write_text(FAILING_RANK)
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                          "--nproc_per_node=2", str(script)], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    out = torchrun(2, script, timeout=120, env=dict(PYTHONPATH=str(ROOT)))
     assert out.returncode != 0
     assert "ValueError: a bug on rank 1" in out.stderr

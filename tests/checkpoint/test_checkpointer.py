@@ -23,6 +23,7 @@ class Counter:
 
 def _config(tmp_path, **kw):
     kw.setdefault("default_hooks", dict(checkpoint=dict(type="CheckpointHook", interval=2)))
+    kw["default_hooks"].setdefault("logger", dict(plot=False))  # no plot process
     kw["train_cfg"] = {"max_iters": 4, "val_interval": 10, **kw.get("train_cfg", {})}
     return toy_config(work_dir=str(tmp_path), **kw)
 

@@ -57,7 +57,7 @@ def assert_nothing_destroyed(before: dict[str, bytes], after: dict[str, bytes]) 
 def _cfg(work: Path, **extra) -> Config:
     cfg = toy_config(work_dir=str(work), train_cfg=dict(max_iters=2, val_interval=100),
                      val_dataloader=None, val_cfg=None, val_evaluator=None, **extra)
-    cfg["default_hooks"] = dict(throughput=None)
+    cfg["default_hooks"] = dict(throughput=None, logger=dict(plot=False))  # no plot process
     return Config(cfg)
 
 

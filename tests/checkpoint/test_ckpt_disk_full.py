@@ -7,7 +7,6 @@ namespaces; where it is refused (or ``unshare`` is missing) the test is skipped,
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import textwrap
 
@@ -43,25 +42,23 @@ _SCRIPT = textwrap.dedent(
 )
 
 
-def _namespace_prefix(mount_dir: str) -> list[str] | None:
+def _namespace_prefix(mount_dir: str, run_process) -> list[str] | None:
     unshare = shutil.which("unshare")
     if unshare is None:
         return None
-    probe = subprocess.run(
-        [unshare, "--user", "--map-root-user", "--mount", "sh", "-c",
-         f"mount -t tmpfs -o size=256k tmpfs '{mount_dir}'"],
-        capture_output=True,
-        timeout=30,
-    )  # fmt: skip
+    probe = run_process(unshare, "--user", "--map-root-user", "--mount", "sh", "-c",
+                        f"mount -t tmpfs -o size=256k tmpfs '{mount_dir}'", python=False,
+                        timeout=30)
     if probe.returncode != 0:
         return None
     return [unshare, "--user", "--map-root-user", "--mount"]
 
 
-def test_real_full_disk_keeps_earlier_checkpoint(tmp_path):
+def test_real_full_disk_keeps_earlier_checkpoint(tmp_path, run_process):
+    """A process of its own: the mount lives in a namespace that only a new process can enter."""
     mount_dir = tmp_path / "tiny"
     mount_dir.mkdir()
-    prefix = _namespace_prefix(str(mount_dir))
+    prefix = _namespace_prefix(str(mount_dir), run_process)
     if prefix is None:
         pytest.skip("cannot mount a tmpfs in an unprivileged user namespace here")
     script = tmp_path / "fill.py"
@@ -70,8 +67,6 @@ def test_real_full_disk_keeps_earlier_checkpoint(tmp_path):
         f"mount -t tmpfs -o size=256k tmpfs '{mount_dir}' && "
         f"'{sys.executable}' '{script}' '{mount_dir}'"
     )
-    result = subprocess.run(
-        [*prefix, "sh", "-c", shell], capture_output=True, text=True, timeout=120
-    )
+    result = run_process(*prefix, "sh", "-c", shell, python=False, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "FULL-DISK-OK" in result.stdout

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import subprocess
 import sys
 import weakref
 from pathlib import Path
@@ -118,28 +117,19 @@ def test_run_cli_teardown_runs_after_a_bug_too():
     assert calls == [1]  # a bug's status: the teardown does not wait for the other ranks
 
 
-def _print_config(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(PRINT_CONFIG), *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-    )
-
-
-def test_print_config_prints_merged_config():
-    proc = _print_config(str(DATA / "inherit" / "leaf.yaml"), "--cfg-options", "model.hidden=7")
+def test_print_config_prints_merged_config(run_tool):
+    proc = run_tool(PRINT_CONFIG, DATA / "inherit" / "leaf.yaml", "--cfg-options", "model.hidden=7")
     assert proc.returncode == 0, proc.stderr
     assert "model = dict(" in proc.stdout and "hidden=7" in proc.stdout
     assert "width=64" in proc.stdout
     compile(proc.stdout, "<printed>", "exec")
 
 
-def test_print_config_typo_in_cfg_options_is_one_line_with_suggestion():
-    proc = _print_config(
-        str(DATA / "inherit" / "child.py"), "--cfg-options", "train_cfg.max_iter=5"
-    )
+def test_print_config_typo_in_cfg_options_is_one_line_with_suggestion(run_process):
+    """The tool as a process (the other print_config tests run it in-process): its exit status
+    and the two streams a user sees."""
+    proc = run_process(PRINT_CONFIG, DATA / "inherit" / "child.py", "--cfg-options",
+                       "train_cfg.max_iter=5", timeout=60)
     assert proc.returncode == 2
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
@@ -149,15 +139,15 @@ def test_print_config_typo_in_cfg_options_is_one_line_with_suggestion():
     assert "Traceback" not in proc.stderr
 
 
-def test_print_config_debug_shows_traceback():
-    proc = _print_config(
-        str(DATA / "inherit" / "child.py"), "--cfg-options", "train_cfg.max_iter=5", "--debug"
-    )
+def test_print_config_debug_shows_traceback(run_tool):
+    proc = run_tool(PRINT_CONFIG, DATA / "inherit" / "child.py", "--cfg-options",
+                    "train_cfg.max_iter=5", "--debug")
     assert proc.returncode == 1
     assert "Traceback" in proc.stderr and "ConfigError" in proc.stderr
 
 
-def test_config_package_does_not_import_registry():
+def test_config_package_does_not_import_registry(run_process):
+    # a fresh interpreter: this one has imported everything (it imports no torch: 0.1 s)
     code = "import sys, libai.config; print('libai.registry' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    out = run_process("-c", code, cwd=REPO)
     assert out.stdout.strip() == "False", out.stderr

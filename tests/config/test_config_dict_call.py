@@ -2,8 +2,6 @@
 file, the line and what dict() takes; through the command line, no traceback."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -30,11 +28,10 @@ def test_dict_of_a_non_mapping_is_one_line_naming_file_and_line(tmp_path, body, 
     assert line.endswith("(dict() takes another dict or key=value arguments)")
 
 
-def test_through_the_command_line(tmp_path):
+def test_through_the_command_line(tmp_path, run_tool):
     path = tmp_path / "cfg.py"
     path.write_text("x = 3\nmodel = dict(x)\n")
-    out = subprocess.run([sys.executable, "tools/print_config.py", str(path)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    out = run_tool("tools/print_config.py", path, cwd=ROOT)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [
         f"error: error in config {path}, line 2: TypeError: 'int' object is not iterable "

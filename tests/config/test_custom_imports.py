@@ -3,7 +3,6 @@ module next to the config or in the working directory needs no PYTHONPATH; dotte
 paths resolve from the working directory too."""
 
 import os
-import subprocess
 import sys
 import textwrap
 import uuid
@@ -181,13 +180,15 @@ def test_typo_of_the_top_level_key_suggests_it(tmp_path):
         Runner.from_cfg(toy_config(work_dir=str(tmp_path), custom_import=dict(imports=["x"])))
 
 
-def test_train_and_print_config_tools(tmp_path, fresh):
+def test_train_and_print_config_tools(tmp_path, fresh, run_tool):
     """As a user runs them: a hook module next to the config, a model package in the working
-    directory named by a dotted path, no PYTHONPATH."""
+    directory named by a dotted path, no PYTHONPATH (in this process neither folder is on
+    sys.path: the tools find them as a new interpreter would)."""
+    hooks, pkg = f"{fresh.lower()}_hooks", f"{fresh.lower()}_pkg"  # removed by fresh
     project = tmp_path / "project"
-    write(project, "configs/my_hooks.py", HOOK_MODULE.format(name=fresh))
-    write(project, "my_pkg/__init__.py", "")
-    write(project, "my_pkg/models.py", """
+    write(project, f"configs/{hooks}.py", HOOK_MODULE.format(name=fresh))
+    write(project, f"{pkg}/__init__.py", "")
+    write(project, f"{pkg}/models.py", """
         from libai.testing import ToyModel
 
 
@@ -198,30 +199,27 @@ def test_train_and_print_config_tools(tmp_path, fresh):
     """)
     cfg = write(project, "configs/run.py", f"""
         _base_ = "libai::digits_mlp.py"
-        custom_imports = dict(imports=["my_hooks"])
+        custom_imports = dict(imports=["{hooks}"])
         custom_hooks = [dict(type="{fresh}")]
-        model = dict(_delete_=True, type="my_pkg.models.MyNet", in_features=64, num_classes=10)
+        model = dict(_delete_=True, type="{pkg}.models.MyNet", in_features=64, num_classes=10)
     """)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    assert not {str(project), str(project / "configs")} & set(sys.path)
 
-    def run(*args):
-        return subprocess.run([sys.executable, *args], cwd=project, env=env, capture_output=True,
-                              text=True, timeout=300)
-
-    out = run(os.path.join(ROOT, "tools", "print_config.py"), str(cfg))
+    out = run_tool(os.path.join(ROOT, "tools", "print_config.py"), cfg, cwd=project)
     assert out.returncode == 0, out.stderr
-    assert "custom_imports" in out.stdout and "my_hooks" in out.stdout
-    out = run(os.path.join(ROOT, "tools", "train.py"), str(cfg), "--fast-dev-run",
-              "--work-dir", str(tmp_path / "work"))
+    assert "custom_imports" in out.stdout and hooks in out.stdout
+    out = run_tool(os.path.join(ROOT, "tools", "train.py"), cfg, "--fast-dev-run",
+                   "--work-dir", tmp_path / "work", cwd=project)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"{fresh} ran" in out.stdout + out.stderr
     assert "MyNet built" in out.stdout
 
-    write(project, "configs/bad.py", """
+    write(project, "configs/bad.py", f"""
         _base_ = "run.py"
-        custom_imports = dict(imports=["my_hookz"])
+        custom_imports = dict(imports=["{fresh.lower()}_hookz"])
     """)
-    out = run(os.path.join(ROOT, "tools", "train.py"), str(project / "configs" / "bad.py"),
-              "--fast-dev-run", "--work-dir", str(tmp_path / "work"))
+    out = run_tool(os.path.join(ROOT, "tools", "train.py"), project / "configs" / "bad.py",
+                   "--fast-dev-run", "--work-dir", tmp_path / "work", cwd=project)
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert "cannot import 'my_hookz'" in out.stderr and str(project / "configs") in out.stderr
+    assert f"cannot import '{fresh.lower()}_hookz'" in out.stderr
+    assert str(project / "configs") in out.stderr

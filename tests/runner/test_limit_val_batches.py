@@ -3,15 +3,11 @@ process alike, and the metrics are those of exactly the evaluated samples."""
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from libai import Runner
@@ -124,9 +120,9 @@ def test_bad_values_name_the_key(tmp_path, value):
 WORLD_SIZE = 2
 
 
-def _worker(rank: int, port: int, out_dir: str) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=WORLD_SIZE)
+def _worker(out_dir: str) -> dict:
+    """One rank (spawn_ranks gives it torchrun's environment): what it evaluated."""
+    dist.init_process_group("gloo")
     try:  # 37 samples: rank 0 has 19 (3 batches), rank 1 has 18 (3 batches, the last of 2)
         cfg = toy_config(work_dir=out_dir, default_hooks=QUIET, val_dataloader=dict(
             _loader(), dataset=dict(type="ToyDataset", num_samples=37, seed=1)),
@@ -136,21 +132,15 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         runner.register_hook(hook)
         metrics = runner.val()
         state = {k: v.tolist() for k, v in runner.unwrapped_model.state_dict().items()}
-        result = dict(metrics=metrics, batches=hook.batches["val"],
-                      samples=runner.message_hub.get_info("eval_samples"), state=state)
-        with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-            json.dump(result, f)
+        return dict(metrics=metrics, batches=hook.batches["val"],
+                    samples=runner.message_hub.get_info("eval_samples"), state=state)
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.slow
-def test_two_processes_evaluate_the_same_first_samples(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_worker, args=(port, str(tmp_path)), nprocs=WORLD_SIZE, join=True)
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD_SIZE)]
+def test_two_processes_evaluate_the_same_first_samples(tmp_path, spawn_ranks):
+    runs = spawn_ranks(WORLD_SIZE, _worker, str(tmp_path), timeout=300).check()
+    results = [run.value for run in runs.ranks]
     assert [r["batches"] for r in results] == [2, 2]
     assert results[0]["metrics"] == results[1]["metrics"]
     assert results[0]["samples"] == 32  # 2 batches x 8 x 2 ranks: samples 0..31, each once

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -156,13 +154,12 @@ def test_test_tool_names_its_checkpoint_argument_and_the_close_file(tmp_path):
     assert not (tmp_path / "work").exists()
 
 
-def test_cli_prints_one_line_and_exits_2_for_a_half_set_torchrun_env(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "MASTER_ADDR",
-                                                             "MASTER_PORT")}
-    env.update(WORLD_SIZE="2", RANK="0")
-    proc = subprocess.run(
-        [sys.executable, "tools/train.py", "configs/digits_mlp.py", "--work-dir",
-         str(tmp_path / "w")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+def test_cli_prints_one_line_and_exits_2_for_a_half_set_torchrun_env(tmp_path, run_tool,
+                                                                      monkeypatch):
+    for name in ("LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    proc = run_tool("tools/train.py", "configs/digits_mlp.py", "--work-dir", tmp_path / "w",
+                    env=dict(WORLD_SIZE="2", RANK="0"))
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: WORLD_SIZE=2 is set but MASTER_ADDR")

@@ -3,7 +3,6 @@
 ``--fast-dev-run`` in that work dir must leave every byte of it as it was."""
 
 import fnmatch
-import importlib.util
 import json
 import os
 import re
@@ -56,14 +55,6 @@ def _matches(path, pattern):
             and all(fnmatch.fnmatchcase(x, y) for x, y in zip(a, b)))
 
 
-def _train_main():
-    spec = importlib.util.spec_from_file_location("libai_tools_train",
-                                                  os.path.join(ROOT, "tools", "train.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
-
-
 def _snapshot(work):
     out = {}
     for root, _, files in os.walk(work):
@@ -74,16 +65,14 @@ def _snapshot(work):
     return out
 
 
-@pytest.mark.slow
-def test_layout_after_two_runs_and_a_resume_is_the_documented_one(tmp_path, monkeypatch):
-    monkeypatch.chdir(ROOT)
+@pytest.mark.usefixtures("run_process")  # slow: each run draws its plots in a process of its own
+def test_layout_after_two_runs_and_a_resume_is_the_documented_one(tmp_path, run_tool):
     work = str(tmp_path / "layout")
     commands, listing = _doc_blocks()
-    main = _train_main()
     assert len(commands) == 3
     for argv in commands:
         assert argv[:2] == ["python", "tools/train.py"], argv
-        main([a.replace(DOC_WORK, work) for a in argv[2:]])
+        run_tool(argv[1], *[a.replace(DOC_WORK, work) for a in argv[2:]]).check()
     wait_for_plots(work)
 
     doc_paths = _doc_paths(listing)
@@ -111,7 +100,7 @@ def test_layout_after_two_runs_and_a_resume_is_the_documented_one(tmp_path, monk
 
     # a dry run in this work dir writes nothing into it, and changes no byte
     before = _snapshot(work)
-    main(["configs/digits_mlp.py", "--work-dir", work, "--fast-dev-run"])
+    run_tool("tools/train.py", "configs/digits_mlp.py", "--work-dir", work, "--fast-dev-run").check()
     after = _snapshot(work)
     assert [k for k in after.keys() | before.keys() if after.get(k) != before.get(k)] == []
 

@@ -4,9 +4,10 @@ goes when the run ends, after an error too."""
 
 import json
 import os
+import signal
 import socket
-import subprocess
-import sys
+import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,8 +16,6 @@ from libai.testing import toy_config
 from libai.utils.errors import ConfigError
 from libai.utils.run_layout import run_folders
 from libai.utils.run_lock import LOCK_NAME, _process_identity, acquire, holder
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def write_lock(work, pid, host=None, process=None):
@@ -28,16 +27,28 @@ def write_lock(work, pid, host=None, process=None):
 
 
 def cfg(work):
-    return toy_config(work_dir=str(work), train_cfg=dict(max_iters=2, val_interval=10))
+    return toy_config(work_dir=str(work), train_cfg=dict(max_iters=2, val_interval=10),
+                      default_hooks=dict(logger=dict(plot=False)))  # no plot process
+
+
+def fork(seconds: float) -> int:
+    """A process of this host that lives ``seconds``: a fork, no interpreter to start."""
+    pid = os.fork()
+    if pid == 0:  # the child: sleeps, then exits without ever returning into pytest
+        try:
+            time.sleep(seconds)
+        finally:
+            os._exit(0)
+    return pid
 
 
 @pytest.fixture
 def other_run():
     """A live process standing for a run that holds a work dir."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    yield proc
-    proc.kill()
-    proc.wait()
+    pid = fork(60)
+    yield SimpleNamespace(pid=pid)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
 
 
 def test_second_run_is_refused_naming_the_first_and_writes_nothing(tmp_path, other_run):
@@ -61,13 +72,13 @@ def test_a_lock_from_another_host_blocks_and_says_which_file_to_delete(tmp_path)
 
 
 def test_a_stale_lock_of_a_killed_run_does_not_block(tmp_path, capfd):
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    gone = fork(0)
+    os.waitpid(gone, 0)  # ended and reaped: its PID names no process
     work = tmp_path / "w"
-    write_lock(work, int(gone.stdout))
+    write_lock(work, gone)
     runner = Runner.from_cfg(cfg(work))
     assert holder(str(work))["pid"] == os.getpid()
-    assert f"the run that held it (PID {int(gone.stdout)}" in capfd.readouterr().err
+    assert f"the run that held it (PID {gone}" in capfd.readouterr().err
     runner.train()
     runner.close()
     assert holder(str(work)) is None
@@ -112,21 +123,19 @@ lock = acquire(sys.argv[1])
     ("raise SystemExit(2)", False),
     ("os._exit(137)", True),  # as kill -9: the file stays, stale
 ])
-def test_released_at_exit_also_on_error(tmp_path, end, left):
+def test_released_at_exit_also_on_error(tmp_path, end, left, run_process):
+    """What happens as the interpreter exits: a process of its own (it imports no torch)."""
     work = tmp_path / "w"
-    out = subprocess.run([sys.executable, "-c", LOCK_THEN.format(end=end), str(work)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    out = run_process("-c", LOCK_THEN.format(end=end), work, timeout=60)
     assert out.returncode != 0
     assert (holder(str(work)) is not None) is left
     acquire(str(work)).release()  # a stale one does not block
 
 
-def test_train_tool_refuses_a_busy_work_dir_in_one_line(tmp_path, other_run):
+def test_train_tool_refuses_a_busy_work_dir_in_one_line(tmp_path, other_run, run_tool):
     work = tmp_path / "w"
     write_lock(work, other_run.pid)
-    out = subprocess.run(
-        [sys.executable, "tools/train.py", "configs/digits_mlp.py", "--work-dir", str(work)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = run_tool("tools/train.py", "configs/digits_mlp.py", "--work-dir", work)
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1].startswith(f"error: {work} is in use by another "

@@ -249,6 +249,7 @@ def test_roberta_export_refuses_a_tokenizer_without_robertas_tokens(tmp_path):
         export(TextTokenizer.train(LINES, "wordpiece", 800), "roberta", tmp_path)
 
 
+@pytest.mark.usefixtures("run_process")  # slow: the pool spawns its worker processes
 def test_tokenising_workers_end_documents_with_the_declared_token(llama3, tmp_path):
     # the worker processes rebuild the tokenizer from its file: with its declared roles too
     from libai.data.text import IndexedTokenDataset, preprocess_documents

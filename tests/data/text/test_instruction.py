@@ -5,8 +5,6 @@ and tools/generate.py --instruction."""
 import json
 import math
 import os
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,7 +13,6 @@ import torch
 from text_fixtures import shakespeare_documents, train_tokenizer
 
 from libai.checkpoint import load_checkpoint, load_model_state, save_checkpoint
-from libai.config import Config
 from libai.data.text import (
     InstructionDataset,
     TextCorpus,
@@ -171,8 +168,9 @@ def test_mistakes_are_one_line(tmp_path, tokenizer_path, records, kwargs, error,
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
-def test_a_tokenizer_that_does_not_fit_the_model_stops_the_build(tmp_path, tokenizer_path):
-    cfg = Config.fromfile(CONFIG)
+def test_a_tokenizer_that_does_not_fit_the_model_stops_the_build(tmp_path, tokenizer_path,
+                                                                 shipped_config):
+    cfg = shipped_config("gpt2_tiny_instruct")
     cfg.merge_from_options({"load_from": None, "work_dir": str(tmp_path)})
     data = write_jsonl(tmp_path / "d.jsonl", RECORDS)
     for loader in ("train_dataloader", "val_dataloader", "test_dataloader"):
@@ -212,18 +210,14 @@ def test_builtin_set_is_split_by_scene_as_the_pretraining_corpus(tmp_path):
         InstructionDataset("shakespeare_instruct", "unused", split="valid")
 
 
-def run(*args):
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
-
-
-def test_train_counts_only_responses_and_generate_answers(tmp_path, tokenizer_path):
+def test_train_counts_only_responses_and_generate_answers(tmp_path, tokenizer_path, run_tool,
+                                                         shipped_config):
     train = write_jsonl(tmp_path / "train.jsonl", RECORDS * 4)
     val = write_jsonl(tmp_path / "val.jsonl", RECORDS)
     small = {"model.vocab_size": 300, "model.hidden_size": 32, "model.num_layers": 1,
              "model.num_heads": 2}
     torch.manual_seed(0)
-    cfg = Config.fromfile(CONFIG)
+    cfg = shipped_config("gpt2_tiny_instruct")
     cfg.merge_from_options(small)
     save_checkpoint({"state_dict": MODELS.build(cfg.model.to_dict()).state_dict()},
                     tmp_path / "start.pth")
@@ -234,8 +228,8 @@ def test_train_counts_only_responses_and_generate_answers(tmp_path, tokenizer_pa
     for loader, data in (("train", train), ("val", val), ("test", val)):
         options += [f"{loader}_dataloader.dataset.data_files={data}",
                     f"{loader}_dataloader.dataset.tokenizer={tokenizer_path}"]
-    out = run("tools/train.py", CONFIG, "--work-dir", str(tmp_path / "run"), "--cfg-options",
-              *options)
+    out = run_tool("tools/train.py", CONFIG, "--work-dir", tmp_path / "run", "--cfg-options",
+                   *options)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     assert "Loaded" in out.stdout + out.stderr or "load" in (out.stdout + out.stderr).lower()
     scalars = [json.loads(line) for line in
@@ -261,9 +255,9 @@ def test_train_counts_only_responses_and_generate_answers(tmp_path, tokenizer_pa
     every = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), every.flatten())
     assert not math.isclose(logged, math.exp(every.item()), rel_tol=1e-3)
 
-    gen = run("tools/generate.py", CONFIG, str(tmp_path / "run" / "iter_3.pth"), "--instruction",
-              "Name a fairy queen.", "--greedy", "--max-new-tokens", "5", "--cfg-options",
-              *[o for o in options if o.startswith(("model.", "test_dataloader.dataset"))])
+    gen = run_tool("tools/generate.py", CONFIG, tmp_path / "run" / "iter_3.pth", "--instruction",
+                   "Name a fairy queen.", "--greedy", "--max-new-tokens", "5", "--cfg-options",
+                   *[o for o in options if o.startswith(("model.", "test_dataloader.dataset"))])
     assert gen.returncode == 0, gen.stderr[-3000:]
     prompt = encode_prompt(ds.tokenizer, "alpaca", "Name a fairy queen.")
     full = model.generate(torch.tensor([prompt]), 5, eos_token_id=ds.tokenizer.eod_id)[0].tolist()

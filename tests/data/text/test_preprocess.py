@@ -175,6 +175,7 @@ def test_progress_bar_off_a_terminal_is_silent(tmp_path, bpe, capsys):
     assert capsys.readouterr().out == ""
 
 
+@pytest.mark.usefixtures("run_process")  # slow: the pool spawns its worker processes
 def test_worker_pool_matches_in_process_and_keeps_few_chunks_in_flight(tmp_path, monkeypatch, bpe):
     monkeypatch.setattr(pp, "_CHUNK_CHARS", 200)  # many small chunks
     docs = [[f"document {i} sentence {j} with some words" for j in range(5)] for i in range(200)]
@@ -200,7 +201,7 @@ def test_worker_pool_matches_in_process_and_keeps_few_chunks_in_flight(tmp_path,
     assert written[0] <= 2 * pp._TASKS_PER_WORKER * 2 + 2
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("run_process")  # slow: the pool spawns its worker processes
 def test_a_worker_that_dies_is_an_error_not_a_hang(tmp_path, bpe):
     broken = TextTokenizer(bpe.backend, "bpe")
     # a role naming a token the vocabulary lacks: the worker's tokenizer fails to load, so the

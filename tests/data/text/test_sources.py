@@ -1,8 +1,8 @@
 """load_corpus: the built-in Shakespeare corpus, raw files, preprocessed prefixes, the cache."""
 
+import hashlib
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -169,12 +169,12 @@ def test_shakespeare_source_builds_through_the_cache(tmp_path, monkeypatch):
     assert corpus.tokenizer.decode(corpus.tokens[0]).startswith("THESEUS:")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
-def test_whole_shakespeare_corpus(tmp_path, kind):
-    corpus = load_corpus(
-        "shakespeare", tokenizer=dict(type=kind, vocab_size=8192), cache_dir=tmp_path
-    )
+def test_whole_shakespeare_corpus(kind):
+    # the suite's cache (tests/conftest.py, LIBAI_CACHE_DIR): the corpora the text configs read,
+    # built once per change to the code that builds them (seconds each), then opened
+    corpus = load_corpus("shakespeare", tokenizer=dict(type=kind, vocab_size=8192))
+    assert Path(corpus.tokens.prefix).is_relative_to(os.environ["LIBAI_CACHE_DIR"])
     assert len(corpus.tokens) == 781 and corpus.tokens.num_sentences == 141_755
     assert corpus.vocab_size == 8192 and corpus.tokens.num_tokens > 1_000_000
 
@@ -238,19 +238,17 @@ def test_damaged_cache_is_reported_and_leftovers_are_cleared(tmp_path, text_file
     assert len(list(folder.parent.glob(folder.name + ".incomplete-*"))) == 1
 
 
-CHILD = """
-import hashlib, pathlib, sys, time
-from libai.data.text import load_corpus
-from libai.utils.logging import get_logger
-get_logger(rank=0)
-work, i = pathlib.Path(sys.argv[1]), sys.argv[2]
-(work / f"ready-{i}").touch()
-while not (work / "go").exists():
-    time.sleep(0.01)
-c = load_corpus(sys.argv[3], tokenizer=dict(type="wordpiece", vocab_size=300), cache_dir=work / "cache")
-print("RESULT", c.tokens.prefix, hashlib.sha256(bytes(c.tokens.tokens)).hexdigest(),
-      hashlib.sha256(c.tokenizer.backend.to_str().encode()).hexdigest())
-"""
+def _load_when_all_are_ready(work, n, text_file):
+    """One of ``n`` processes: wait until all have started, then load the corpus at once."""
+    from libai.utils.logging import get_logger
+
+    get_logger(rank=0)  # each process logs, as rank 0 would
+    (work / f"ready-{os.environ['RANK']}").touch()
+    while len(list(work.glob("ready-*"))) < n:
+        time.sleep(0.01)
+    c = load_corpus(text_file, tokenizer=WP, cache_dir=work / "cache")
+    return (c.tokens.prefix, hashlib.sha256(bytes(c.tokens.tokens)).hexdigest(),
+            hashlib.sha256(c.tokenizer.backend.to_str().encode()).hexdigest())
 
 
 def test_threads_starting_together_build_once(tmp_path, text_file, libai_log):
@@ -273,26 +271,12 @@ def test_threads_starting_together_build_once(tmp_path, text_file, libai_log):
     assert all(np.array_equal(r.tokens.tokens, results[0].tokens.tokens) for r in results)
 
 
-@pytest.mark.slow
-def test_processes_starting_together_build_once(tmp_path, text_file):
+def test_processes_starting_together_build_once(tmp_path, text_file, spawn_ranks):
+    """Four processes (forks of this one: the lock is between processes, not interpreters)."""
     n = 4
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(tmp_path), str(i), str(text_file)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for i in range(n)
-    ]
-    deadline = time.time() + 120
-    while len(list(tmp_path.glob("ready-*"))) < n and time.time() < deadline:
-        time.sleep(0.05)
-    (tmp_path / "go").touch()
-    outputs = [p.communicate(timeout=120)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs), outputs
-    assert sum(o.count("Building the my_corpus corpus") for o in outputs) == 1, outputs
-    results = {line for o in outputs for line in o.splitlines() if line.startswith("RESULT")}
+    runs = spawn_ranks(n, _load_when_all_are_ready, tmp_path, n, text_file, timeout=120).check()
+    assert runs.output.count("Building the my_corpus corpus") == 1, runs.output
+    results = {run.value for run in runs.ranks}
     assert len(results) == 1, results  # the same files, tokens and tokenizer everywhere
     assert not list((tmp_path / "cache" / "text").glob("*.tmp-*"))
 

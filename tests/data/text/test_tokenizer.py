@@ -1,8 +1,6 @@
 """TextTokenizer: training to an exact size, determinism, round trips, files it reads and writes."""
 
 import hashlib
-import subprocess
-import sys
 
 import pytest
 from text_fixtures import shakespeare_documents
@@ -74,8 +72,9 @@ def test_training_is_deterministic_within_a_process(wordpiece, bpe):
     assert TextTokenizer.train(iter(LINES), "bpe", 1000).backend.to_str() == bpe.backend.to_str()
 
 
-def test_training_is_deterministic_across_processes(wordpiece, bpe):
+def test_training_is_deterministic_across_processes(wordpiece, bpe, run_process):
     # tokenizers' hash maps are seeded per process: the same text must still give one vocabulary
+    # (a new interpreter: a fork would inherit this process's seeds)
     code = (
         "import hashlib, sys\n"
         "sys.path.insert(0, sys.argv[1])\n"
@@ -87,9 +86,7 @@ def test_training_is_deterministic_across_processes(wordpiece, bpe):
         "    print(hashlib.sha256(t.backend.to_str().encode()).hexdigest())\n"
     )
     here = str(__import__("pathlib").Path(__file__).parent)
-    out = subprocess.run(
-        [sys.executable, "-c", code, here], capture_output=True, text=True, timeout=120
-    )
+    out = run_process("-c", code, here, timeout=120)
     assert out.returncode == 0, out.stderr
     want = [hashlib.sha256(t.backend.to_str().encode()).hexdigest() for t in (wordpiece, bpe)]
     assert out.stdout.split() == want

@@ -206,10 +206,11 @@ def run_process(*args: Any, cwd: str | os.PathLike | None = None,
 
 def torchrun(nproc: int, *args: Any, cwd: str | os.PathLike | None = None,
              env: dict[str, str] | None = None, timeout: float = 600,
-             launcher: Sequence[str] = ()) -> ToolRun:
-    """``torchrun --standalone --nproc_per_node NPROC [LAUNCHER...] ARGS`` as a real process."""
+             launcher: Sequence[str] = (), **kwargs: Any) -> ToolRun:
+    """``torchrun --standalone --nproc_per_node NPROC [LAUNCHER...] ARGS`` as a real process
+    (``kwargs`` go to :func:`subprocess.run`)."""
     return run_process(*TORCHRUN, f"--nproc_per_node={nproc}", *launcher, *args, cwd=cwd,
-                       env=env, timeout=timeout)
+                       env=env, timeout=timeout, **kwargs)
 
 
 # ------------------------------------------------------------------------------ forked ranks
@@ -266,6 +267,19 @@ def _rank_main(target: str | Callable[..., Any], args: Sequence[Any], out: Path)
     return 0
 
 
+def import_before_forking() -> None:
+    """Import once, here, what every rank of a run imports (torch._dynamo comes with
+    ``torch.use_deterministic_algorithms`` and the optimizers, the distributed modules with the
+    parallel layouts): forked ranks then find them imported instead of each spending seconds."""
+    import torch._dynamo  # noqa: F401
+    import torch.distributed.checkpoint  # noqa: F401
+    import torch.distributed.fsdp  # noqa: F401
+    import torch.distributed.tensor.parallel  # noqa: F401
+    import torch.nn.parallel  # noqa: F401
+
+    import libai.cli.train  # noqa: F401
+
+
 def spawn_ranks(nproc: int, target: str | os.PathLike | Callable[..., Any], *args: Any,
                 cwd: str | os.PathLike | None = None, env: dict[str, str] | None = None,
                 timeout: float = 600) -> RankRuns:
@@ -282,6 +296,7 @@ def spawn_ranks(nproc: int, target: str | os.PathLike | Callable[..., Any], *arg
     """
     cwd = Path(cwd or ROOT)
     script = None if callable(target) else _script_path(target, cwd)
+    import_before_forking()
     port = free_port()
     tmp = Path(tempfile.mkdtemp(prefix="libai-ranks-"))
     pids = []

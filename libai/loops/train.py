@@ -156,17 +156,26 @@ class IterBasedTrainLoop(_TrainLoop):
         if self._data_iter is None and self.iter < stop_at:
             self._set_epoch()
             self._data_iter = iter(self.dataloader)
-        while self.iter < stop_at and not runner.should_stop:
-            self._poll_stop(stop)
-            try:
-                batch = next(self._data_iter)
-            except StopIteration:
-                self._next_epoch()
-                batch = next(self._data_iter)
-            self._batch_in_epoch += 1
-            self.run_iter(self._batch_in_epoch - 1, batch)
-            if val_loop is not None and self._should_validate(stop_at):
-                self._validate(val_loop, stop)
+        try:
+            while self.iter < stop_at and not runner.should_stop:
+                self._poll_stop(stop)
+                try:
+                    batch = next(self._data_iter)
+                except StopIteration:
+                    self._next_epoch()
+                    batch = next(self._data_iter)
+                self._batch_in_epoch += 1
+                self.run_iter(self._batch_in_epoch - 1, batch)
+                if val_loop is not None and self._should_validate(stop_at):
+                    self._validate(val_loop, stop)
+        except BaseException:
+            self._data_iter = None  # the run ends here: see below
+            raise
+        if self.iter >= self.max_iters:
+            # nothing left to read: the loader's workers stop now. Kept until the loop is
+            # collected, they would wait out their 5 s join timeout each (the collector
+            # finalizes their queues before telling them to stop)
+            self._data_iter = None
         runner.call_hook("after_train_epoch")
         runner.call_hook("after_train")
 

@@ -11,7 +11,9 @@ import copy
 import json
 import logging
 import os
+import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +67,8 @@ class NoisyBlobsDataset(Dataset):
 
 @HOOKS.register_module()
 class InterruptAtHook(Hook):
-    """Raise KeyboardInterrupt (as Ctrl-C would) once iteration ``at`` is complete.
+    """Raise KeyboardInterrupt (as Ctrl-C would) once iteration ``at`` is complete, or send this
+    process the signal ``signame`` (SIGTERM: a cluster's preemption) at that point.
 
     Priority LOWEST: at the same stage the CheckpointHook (VERY_LOW) has already saved.
 
@@ -73,23 +76,30 @@ class InterruptAtHook(Hook):
         at: The number of completed iterations after which to interrupt.
         stage: 'iter' interrupts in ``after_train_iter`` of iteration ``at``; 'epoch' in the
             ``after_train_epoch`` that ends at iteration ``at`` (after an epoch checkpoint).
+        signame: A signal to send instead of raising KeyboardInterrupt. Defaults to None.
     """
 
     priority = "LOWEST"
 
-    def __init__(self, at: int, stage: str = "iter") -> None:
+    def __init__(self, at: int, stage: str = "iter", signame: str | None = None) -> None:
         self.at = at
         self.stage = stage
+        self.signame = signame
+
+    def _interrupt(self) -> None:
+        if self.signame is None:
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), getattr(signal, self.signame))
 
     def after_train_iter(
         self, runner: Any, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
         if self.stage == "iter" and runner.iter + 1 == self.at:
-            raise KeyboardInterrupt
+            self._interrupt()
 
     def after_train_epoch(self, runner: Any) -> None:
         if self.stage == "epoch" and runner.iter == self.at:
-            raise KeyboardInterrupt
+            self._interrupt()
 
 
 def quiet_logger(interval: int = 1) -> dict:
@@ -241,16 +251,75 @@ def assert_same_final_checkpoint(straight_dir: Any, resumed_dir: Any, name: str)
     assert a["loop"] == b["loop"]
 
 
-def python_env(pythonpath: str | None = None) -> dict:
-    """Environment for child processes: one thread each; ``pythonpath`` goes in front of any
-    PYTHONPATH already set."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    if pythonpath:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
-    return env
+def pythonpath(folder: Any) -> dict[str, str]:
+    """``env`` for a real process that imports modules written to ``folder`` (hooks a config
+    names): ``folder`` in front of the PYTHONPATH already set (a planted copy's, say)."""
+    paths = (str(folder), os.environ.get("PYTHONPATH"))
+    return {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
-PYTHON = sys.executable
+# ------------------------------------------------------------------------------ runs in turn
+RUN_MARK = "--- resume_helpers: run "
+
+
+@dataclass
+class Run:
+    """One run of :func:`train_in_turn`: its exit status (the first nonzero of the ranks, as
+    torchrun reports) and what the ranks printed during it."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def train_in_turn(*argvs: list[str]) -> list[int]:
+    """In a rank of ``spawn_ranks``: ``tools/train.py ARGV`` for each argv in turn, through its
+    ``main`` and ``run_cli`` (the exit status, Ctrl-C's line), in one process group.
+
+    A straight run, a stopped one and its resume then cost one launch, not three; the group is
+    left once, at the end (what tools/train.py does after each run).
+    """
+    from libai.cli.train import main
+    from libai.utils.cli import run_cli
+    from libai.utils.dist import destroy_dist
+
+    statuses = []
+    for i, argv in enumerate(argvs):
+        argv = [str(a) for a in argv]
+        for stream in (sys.stdout, sys.stderr):
+            print(f"{RUN_MARK}{i}", file=stream, flush=True)
+        sys.argv = [TRAIN_TOOL, *argv]  # the stop line names the command that continues
+        try:
+            run_cli(main, argv)
+        except SystemExit as e:
+            statuses.append(e.code if isinstance(e.code, int) else 1)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    destroy_dist(0)
+    return statuses
+
+
+def runs_in_turn(spawn_ranks: Any, nproc: int, *argvs: list[Any]) -> list[Run]:
+    """``nproc`` ranks forked by ``spawn_ranks`` run :func:`train_in_turn`; one :class:`Run`
+    per argv."""
+    ranks = spawn_ranks(nproc, train_in_turn, *argvs, timeout=300).check()
+    runs = []
+    for i in range(len(argvs)):
+        statuses = [rank.value[i] for rank in ranks.ranks]
+        runs.append(Run(next((s for s in statuses if s), 0),
+                        "".join(_part(rank.stdout, i) for rank in ranks.ranks),
+                        "".join(_part(rank.stderr, i) for rank in ranks.ranks)))
+    return runs
+
+
+def _part(text: str, i: int) -> str:
+    """What a rank printed during run ``i`` of :func:`train_in_turn`."""
+    after = text.split(f"{RUN_MARK}{i}\n", 1)[1]
+    return after.split(f"{RUN_MARK}{i + 1}\n", 1)[0]
 
 
 class LogRecords(logging.Handler):

@@ -1,63 +1,63 @@
 """Ctrl-C (SIGINT) while training saves the step reached, as SIGTERM does; a second Ctrl-C exits
-at once. Through tools/train.py on configs/digits_mlp.py in a child process, the SIGINT sent by the
-process to itself mid-step (SignalAtHook of test_preemption), then `--resume`: the final weights
-and every logged row are bit-identical to a run never interrupted.
+at once. Through tools/train.py on configs/digits_mlp.py, the SIGINT sent by the process to itself
+mid-step (SignalAtHook of test_preemption), then `--resume`: the final weights and every logged
+row are bit-identical to a run never interrupted.
+
+The signalled runs are real processes (the exit status and what reaches the terminal are the
+claim); the straight run and the resume run tools/train.py in-process (run_tool).
 """
 
 import os
 import re
-import subprocess
 
-import pytest
 import resume_helpers as rh
 from test_preemption import SECOND_SIGNAL
+from tool_runs import TORCHRUN
 
 from libai.checkpoint import load_checkpoint, read_latest
 
 N = 12
 SHORT = ["train_cfg.max_iters=12", "train_cfg.val_interval=6", "default_hooks.logger.interval=1",
-         "default_hooks.checkpoint.save_best=None"]
+         "default_hooks.checkpoint.save_best=None", "+default_hooks.logger.plot=False"]
 
 
-def train_tool(tmp_path, work, *args):
+def signalled(run_process, tmp_path, work, *args):
+    """tools/train.py on digits_mlp in a real process, SignalAtHook registered."""
     driver = tmp_path / "driver.py"
     driver.write_text(SECOND_SIGNAL.format(tests=os.path.dirname(__file__), tool=rh.TRAIN_TOOL))
-    return subprocess.run(
-        [rh.PYTHON, str(driver), "configs/digits_mlp.py", "--work-dir", str(work), *args],
-        cwd=rh.ROOT, env=rh.python_env(), capture_output=True, text=True, timeout=300)
+    return run_process(driver, "configs/digits_mlp.py", "--work-dir", work, *args, timeout=300)
 
 
 def rows(work):
     return [{k: v for k, v in r.items() if k not in rh.NOT_COMPARED} for r in rh.read_scalars(work)]
 
 
-@pytest.mark.slow
-def test_ctrl_c_saves_the_step_and_resume_is_bit_identical(tmp_path):
-    straight = train_tool(tmp_path, tmp_path / "straight", "--cfg-options", *SHORT)
-    assert straight.returncode == 0, straight.stderr[-3000:]
-
+def test_ctrl_c_saves_the_step_and_resume_is_bit_identical(tmp_path, run_process, run_tool):
     work = tmp_path / "w"
     hook = "+custom_hooks=[{'type':'SignalAtHook','moment':'step','at':5,'signame':'SIGINT'}]"
-    out = train_tool(tmp_path, work, "--cfg-options", *SHORT, hook)
+    out = signalled(run_process, tmp_path, work, "--cfg-options", *SHORT, hook)
     assert out.returncode == 130, out.stderr[-3000:]
     assert "Traceback" not in out.stderr and "error:" not in out.stderr
     assert "libai: Ctrl-C: finishing this step and saving it" in out.stderr
     assert "Stopped by SIGINT at iteration 5 of 12" in out.stdout + out.stderr
     assert load_checkpoint(read_latest(work))["loop"]["iter"] == 5
 
-    resumed = train_tool(tmp_path, work, "--resume", "--cfg-options", *SHORT)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    ref = load_checkpoint(tmp_path / "straight" / f"iter_{N}.pth")["state_dict"]
+    straight = tmp_path / "straight"
+    run_tool("tools/train.py", "configs/digits_mlp.py", "--work-dir", straight,
+             "--cfg-options", *SHORT).check()
+    resumed = run_tool("tools/train.py", "configs/digits_mlp.py", "--work-dir", work, "--resume",
+                       "--cfg-options", *SHORT).check()
+    assert f"Resumed from {work / 'iter_5.pth'}" in resumed.output
+    ref = load_checkpoint(straight / f"iter_{N}.pth")["state_dict"]
     got = load_checkpoint(work / f"iter_{N}.pth")["state_dict"]
     rh.assert_same_tensors(ref, got, "state_dict")
-    assert rows(work) == rows(tmp_path / "straight")
+    assert rows(work) == rows(straight)
 
 
-@pytest.mark.slow
-def test_second_ctrl_c_exits_at_once(tmp_path):
+def test_second_ctrl_c_exits_at_once(tmp_path, run_process):
     work = tmp_path / "w"
     hook = "+custom_hooks=[{'type':'SignalAtHook','moment':'step','at':3,'signame':'SIGINT','times':2}]"
-    out = train_tool(tmp_path, work, "--cfg-options", *SHORT, hook)
+    out = signalled(run_process, tmp_path, work, "--cfg-options", *SHORT, hook)
     assert out.returncode == 130, out.stderr[-3000:]
     assert "second signal (SIGINT): exiting at once with status 130" in out.stderr
     assert "Traceback" not in out.stderr and "Stopped by" not in out.stdout + out.stderr
@@ -114,8 +114,7 @@ class AgentCtrlCHook(Hook):
 '''
 
 
-@pytest.mark.slow
-def test_ctrl_c_under_torchrun_saves_the_step_on_every_rank(tmp_path):
+def test_ctrl_c_under_torchrun_saves_the_step_on_every_rank(tmp_path, run_process):
     """torchrun passes a terminal's Ctrl-C on to its workers once: they agree on a step, write
     its checkpoint and stop, while the agent waits for them."""
     from test_preemption_ddp import CONFIG
@@ -124,11 +123,12 @@ def test_ctrl_c_under_torchrun_saves_the_step_on_every_rank(tmp_path):
     config = tmp_path / "cfg.py"
     config.write_text(CONFIG.format(n=12, hooks=[dict(type="agent_ctrl_c.AgentCtrlCHook", at=5)]))
     work = tmp_path / "w"
-    args = [rh.PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-            "--monitor-interval", "0.1", rh.TRAIN_TOOL, str(config), "--work-dir", str(work)]
-    run = subprocess.run(args, cwd=rh.ROOT, env=rh.python_env(pythonpath=str(tmp_path)),
-                         capture_output=True, text=True, timeout=300, start_new_session=True)
-    log = run.stdout + run.stderr
+    # torchrun as a terminal's job, in a session of its own (the torchrun fixture cannot say
+    # start_new_session), so that the agent's SIGINT reaches no one else
+    run = run_process(*TORCHRUN, "--nproc_per_node=2", "--monitor-interval", "0.1", rh.TRAIN_TOOL,
+                      config, "--work-dir", work, env=rh.pythonpath(tmp_path), timeout=300,
+                      start_new_session=True)
+    log = run.output
     assert run.returncode != 0
     assert "second signal" not in log, log[-5000:]
     stopped = re.findall(r"Stopped by SIGINT at iteration (\d+) of 12: checkpoint", log)

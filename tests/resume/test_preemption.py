@@ -10,7 +10,6 @@ import copy
 import os
 import runpy
 import signal
-import subprocess
 import sys
 from typing import Any
 
@@ -191,8 +190,7 @@ runpy.run_path({tool!r}, run_name="__main__")
 """
 
 
-@pytest.mark.slow
-def test_second_signal_exits_at_once_and_keeps_the_last_checkpoint(tmp_path):
+def test_second_signal_exits_at_once_and_keeps_the_last_checkpoint(tmp_path, run_process):
     """Two SIGTERMs while the stop checkpoint is being written: the process ends at once with
     143, writes no checkpoint of that iteration, and the one before stays complete and named."""
     cfg_file, driver = tmp_path / "cfg.py", tmp_path / "driver.py"
@@ -201,11 +199,10 @@ def test_second_signal_exits_at_once_and_keeps_the_last_checkpoint(tmp_path):
     cfg_file.write_text("".join(f"{k} = {v!r}\n" for k, v in cfg.items()))
     driver.write_text(SECOND_SIGNAL.format(tests=os.path.dirname(__file__), tool=rh.TRAIN_TOOL))
     # first SIGTERM mid-step 6, second while the stop checkpoint of 6 is being written
-    out = subprocess.run(
-        [rh.PYTHON, str(driver), str(cfg_file), "--cfg-options",
-         "+custom_hooks=[{'type':'SignalAtHook','moment':'step','at':6},"
-         "{'type':'SignalAtHook','moment':'save','at':6}]"],
-        cwd=rh.ROOT, env=rh.python_env(), capture_output=True, text=True, timeout=120)
+    out = run_process(
+        driver, cfg_file, "--cfg-options",
+        "+custom_hooks=[{'type':'SignalAtHook','moment':'step','at':6},"
+        "{'type':'SignalAtHook','moment':'save','at':6}]", timeout=120)
     assert out.returncode == 143, out.stderr[-3000:]
     assert "second signal (SIGTERM): exiting at once with status 143" in out.stderr
     assert "Traceback" not in out.stderr and "Stopped by" not in out.stderr

@@ -2,11 +2,11 @@
 runs them. In the first attempt only rank 1 receives SIGTERM: both ranks agree, save the same
 iteration and stop. torchrun restarts the group, which resumes; in that second attempt rank 1 dies
 by SIGKILL between two checkpoints. torchrun restarts the group again, it resumes from the last
-complete checkpoint, and the run ends bit-identical to one that was never disturbed."""
+complete checkpoint, and the run ends bit-identical to one that was never disturbed.
 
-import subprocess
+The faulty run needs torchrun (its agent restarts the group); the undisturbed reference is two
+forked ranks (spawn_ranks) running the same tools/train.py main."""
 
-import pytest
 import resume_helpers as rh
 
 from libai.checkpoint import load_checkpoint
@@ -54,27 +54,21 @@ class FaultOnRank1Hook(Hook):
 '''
 
 
-def torchrun(tmp_path, config, work, *extra, restarts=0):
-    args = [rh.PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-            "--max-restarts", str(restarts), "--monitor-interval", "0.1", rh.TRAIN_TOOL,
-            str(config), "--work-dir", str(work), *extra]
-    env = rh.python_env(pythonpath=str(tmp_path))
-    return subprocess.run(args, cwd=rh.ROOT, env=env, capture_output=True, text=True, timeout=300)
-
-
-@pytest.mark.slow
-def test_signal_on_one_rank_then_sigkill_under_elastic_restarts(tmp_path):
+def test_signal_on_one_rank_then_sigkill_under_elastic_restarts(tmp_path, torchrun,
+                                                                spawn_ranks):
     (tmp_path / "elastic_faults.py").write_text(FAULTS)
     plain, faulty = tmp_path / "plain.py", tmp_path / "faulty.py"
     plain.write_text(CONFIG.format(n=N, hooks=[]))
     hook = dict(type="elastic_faults.FaultOnRank1Hook", term_at=TERM_AT, kill_at=KILL_AT)
     faulty.write_text(CONFIG.format(n=N, hooks=[hook]))
 
-    straight = torchrun(tmp_path, plain, tmp_path / "straight")
-    assert straight.returncode == 0, straight.stdout[-3000:] + straight.stderr[-3000:]
+    straight, = rh.runs_in_turn(spawn_ranks, 2, [plain, "--work-dir", tmp_path / "straight"])
+    assert straight.returncode == 0, straight.output[-3000:]
     work = tmp_path / "elastic"
-    run = torchrun(tmp_path, faulty, work, "--resume", restarts=3)
-    log = run.stdout + run.stderr
+    run = torchrun(2, rh.TRAIN_TOOL, faulty, "--work-dir", work, "--resume",
+                   launcher=("--max-restarts", "3", "--monitor-interval", "0.1"),
+                   env=rh.pythonpath(tmp_path), timeout=300)
+    log = run.output
     assert run.returncode == 0, log[-5000:]
 
     # attempt 0: rank 1 alone was signalled; both ranks stopped at the same iteration (each

@@ -1,9 +1,11 @@
 """Two processes (DDP, gloo on CPU): interrupted with Ctrl-C on every rank, then resumed with
-`tools/train.py --resume`, the run ends bit-identical to one that was never interrupted."""
+`tools/train.py --resume`, the run ends bit-identical to one that was never interrupted.
 
-import subprocess
+The ranks are forked (spawn_ranks) and run tools/train.py's main three times in one process
+group: straight, stopped, resumed. torchrun itself, with the same tools/train.py, is proven by
+test_preemption_ddp (its restarts) and test_ctrl_c (its agent's Ctrl-C).
+"""
 
-import pytest
 import resume_helpers as rh
 
 from libai.checkpoint import load_checkpoint
@@ -27,68 +29,35 @@ randomness = dict(seed=0, deterministic=True)
 custom_hooks = {hooks}
 """
 
-STOP_HOOK = '''
-from libai.hooks import Hook
+
+def configs(tmp_path, extra="", acc=2):
+    """The plain config and the one that stops (InterruptAtHook: Ctrl-C on every rank) at K."""
+    plain, stopping = tmp_path / "plain.py", tmp_path / "stopping.py"
+    plain.write_text(CONFIG.format(n=N, k=K, acc=acc, hooks=[]) + extra)
+    stopping.write_text(
+        CONFIG.format(n=N, k=K, acc=acc, hooks=[dict(type="InterruptAtHook", at=K)]) + extra)
+    return plain, stopping
 
 
-class CtrlCAtHook(Hook):
-    """Raise KeyboardInterrupt on every rank after iteration `at`, once it is checkpointed."""
-
-    priority = "LOWEST"
-
-    def __init__(self, at):
-        self.at = at
-
-    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
-        if runner.iter + 1 == self.at:
-            raise KeyboardInterrupt
-'''
-
-
-def torchrun(tmp_path, config, work, *extra):
-    args = [
-        rh.PYTHON,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        rh.TRAIN_TOOL,
-        str(config),
-        "--work-dir",
-        str(work),
-        *extra,
-    ]
-    env = rh.python_env(pythonpath=str(tmp_path))
-    return subprocess.run(args, cwd=rh.ROOT, env=env, capture_output=True, text=True, timeout=300)
-
-
-@pytest.mark.slow
-def test_two_process_resume_inside_an_accumulation_window_is_bit_identical(tmp_path):
+def test_two_process_resume_inside_an_accumulation_window_is_bit_identical(tmp_path, spawn_ranks):
     # with accumulation 2 and K odd the stop falls inside a window, where each rank holds its own
     # unsynchronised gradients. Without accumulation the same save and load run with no gradients
-    # to keep: a subset, so one 2-process case (3 torchrun launches, ~20 s) is enough.
-    acc = 2
-    (tmp_path / "resume_ctrl_c.py").write_text(STOP_HOOK)
-    plain, stopping = tmp_path / "plain.py", tmp_path / "stopping.py"
-    plain.write_text(CONFIG.format(n=N, k=K, acc=acc, hooks=[]))
-    stopping.write_text(
-        CONFIG.format(n=N, k=K, acc=acc, hooks=[dict(type="resume_ctrl_c.CtrlCAtHook", at=K)])
-    )
-
-    straight = torchrun(tmp_path, plain, tmp_path / "straight")
-    assert straight.returncode == 0, straight.stdout[-3000:] + straight.stderr[-3000:]
-    stopped = torchrun(tmp_path, stopping, tmp_path / "resumed")
-    assert stopped.returncode != 0 and "interrupted" in stopped.stderr, stopped.stderr[-3000:]
-    ckpt = load_checkpoint(tmp_path / "resumed" / f"iter_{K}.pth")
+    # to keep: a subset, so one 2-process case is enough.
+    plain, stopping = configs(tmp_path)
+    straight, work = tmp_path / "straight", tmp_path / "resumed"
+    done, stopped, resumed = rh.runs_in_turn(
+        spawn_ranks, 2,
+        [plain, "--work-dir", straight],
+        [stopping, "--work-dir", work],
+        [plain, "--work-dir", work, "--resume"])
+    assert done.returncode == 0, done.output[-3000:]
+    assert stopped.returncode == 130 and "interrupted" in stopped.stderr, stopped.output[-3000:]
+    resume_line = f"Resumed from {work / f'iter_{K}.pth'}"
+    assert resume_line not in stopped.output and resume_line in resumed.output
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    rh.assert_same_final_checkpoint(straight, work, f"iter_{N}.pth")
+    rh.assert_same_logs(straight, work, N)
+    ckpt = load_checkpoint(work / f"iter_{K}.pth")
     assert ckpt["meta"]["world_size"] == 2 and len(ckpt["rng"]) == 2
     assert ckpt["loop"] == {"iter": K, "epoch": 1, "batch_in_epoch": 2}
-    assert not (tmp_path / "resumed" / f"iter_{N}.pth").exists()
-    resumed = torchrun(tmp_path, plain, tmp_path / "resumed", "--resume")
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert (
-        f"Resumed from {tmp_path / 'resumed' / f'iter_{K}.pth'}" in resumed.stderr + resumed.stdout
-    )
-
-    rh.assert_same_final_checkpoint(tmp_path / "straight", tmp_path / "resumed", f"iter_{N}.pth")
-    rh.assert_same_logs(tmp_path / "straight", tmp_path / "resumed", N)
+    assert ckpt["optimizer"]["accumulated_grads_by_rank"]  # each rank's half-window

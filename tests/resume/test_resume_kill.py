@@ -4,17 +4,21 @@ Kills land in the middle of checkpoint writes, right after a manifest appears (b
 pointer moves), between saves, and at random times. Afterwards no damaged checkpoint may look
 complete, the latest pointer must name a complete one, and the final weights and the logged
 series must equal those of a run that was never killed.
+
+Each attempt is a real process killed with a real SIGKILL: a fork (torch already imported, so it
+trains at once instead of spending seconds importing) of a supervisor, itself one rank forked
+from the test (spawn_ranks), which starts the attempts, watches the work dir and kills.
 """
 
 import os
 import random
 import re
 import signal
-import subprocess
 import time
 
-import pytest
 import resume_helpers as rh
+import tool_runs
+from tool_runs import run_tool
 
 from libai.checkpoint import load_checkpoint, read_latest, verify_checkpoint
 from libai.checkpoint.manifest import manifest_path
@@ -46,12 +50,31 @@ _TEMP = re.compile(r"^\.iter_\d+\.pth\.tmp-\d+$")
 
 
 def start(config, work, resume, log):
-    args = [rh.PYTHON, rh.TRAIN_TOOL, str(config), "--work-dir", str(work)]
-    if resume:
-        args.append("--resume")
-    return subprocess.Popen(
-        args, cwd=rh.ROOT, env=rh.python_env(), stdout=log, stderr=subprocess.STDOUT
-    )
+    """A process training ``config`` in ``work`` (``--resume``): tools/train.py in a fork of
+    this one; what it printed goes to ``log`` when it ends. Returns its pid."""
+    pid = os.fork()
+    if pid == 0:  # the attempt: never returns
+        status = 1
+        try:
+            run = run_tool(rh.TRAIN_TOOL, config, "--work-dir", work, *(["--resume"] * resume))
+            log.write_text(run.output)
+            status = run.returncode
+        finally:
+            os._exit(status)
+    return pid
+
+
+def wait(pid, timeout, plan=None):
+    """The exit code of ``pid`` (-9: killed), killing it with SIGKILL once ``plan`` is due."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if (plan is not None and plan.due()) or time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        time.sleep(0.001)
 
 
 def listing(work):
@@ -70,18 +93,18 @@ def pointer(work):
 
 class KillPlan:
     """When to kill one attempt, drawn from ``rng``: mid-write of a checkpoint, right after a
-    manifest appears (before the pointer moves), shortly after the pointer moved, or after a
-    random time. ``skip`` saves of the attempt are let through first."""
+    manifest appears (before the pointer moves), within a third of an iteration after the
+    pointer moved, or after a random share of ``duration`` (what a whole run of N iterations
+    takes). ``skip`` saves of the attempt are let through first."""
 
     MODES = ("mid_write", "after_manifest", "after_pointer", "timed")
 
-    def __init__(self, rng, work):
+    def __init__(self, rng, work, duration):
         self.work = work
         self.mode = rng.choice(self.MODES)
         self.skip = rng.randint(0, 4)
-        self.delay = (
-            rng.uniform(0.0, 0.03) if self.mode == "after_pointer" else rng.uniform(1.5, 4.0)
-        )
+        self.delay = (rng.uniform(0.0, 0.3) * duration / N if self.mode == "after_pointer"
+                      else rng.uniform(0.1, 0.8) * duration)
         self.started = time.monotonic()
         names = listing(work)
         self.manifests = self._manifests(names)
@@ -108,35 +131,38 @@ class KillPlan:
         return self.kill_at is not None and now >= self.kill_at
 
 
-@pytest.mark.slow
-def test_kill_9_at_random_moments_then_resume_matches_an_uninterrupted_run(tmp_path):
-    config = tmp_path / "kill_cfg.py"
-    config.write_text(CONFIG.format(n=N))
-    ref, work = tmp_path / "reference", tmp_path / "killed"
-    with open(tmp_path / "reference.log", "w") as log:
-        code = start(config, ref, False, log).wait(timeout=120)
-    assert code == 0, (tmp_path / "reference.log").read_text()
-
+def attempts(config, ref, work, logs):
+    """The supervisor (a forked rank): the reference run, then attempts in ``work`` killed as
+    their KillPlans say, each resuming the last, until one finishes or MAX_ATTEMPTS have run.
+    Whenever a process died, the latest pointer names a whole checkpoint. Returns the history:
+    (the attempt's kill mode, or 'final', and its exit code)."""
+    began = time.monotonic()
+    code = wait(start(config, ref, False, logs / "reference.log"), 120)
+    assert code == 0, (logs / "reference.log").read_text()
+    duration = time.monotonic() - began
     rng = random.Random(20240611)
     history = []
     for attempt in range(MAX_ATTEMPTS):
-        with open(tmp_path / f"attempt_{attempt}.log", "w") as log:
-            proc = start(config, work, attempt > 0, log)
-            last = attempt == MAX_ATTEMPTS - 1
-            plan = KillPlan(rng, work)
-            deadline = time.monotonic() + 120
-            while proc.poll() is None and time.monotonic() < deadline:
-                if not last and plan.due():
-                    proc.send_signal(signal.SIGKILL)
-                    break
-                time.sleep(0.001)
-            code = proc.wait(timeout=120)
+        last = attempt == MAX_ATTEMPTS - 1
+        log = logs / f"attempt_{attempt}.log"
+        plan = KillPlan(rng, work, duration)  # before the start: the files it finds are old
+        code = wait(start(config, work, attempt > 0, log), 120, None if last else plan)
         history.append(("final" if last else plan.mode, code))
         if code == 0:
             break
-        assert code == -signal.SIGKILL, (tmp_path / f"attempt_{attempt}.log").read_text()
+        assert code == -signal.SIGKILL, log.read_text() if log.exists() else history
         if pointer(work) is not None:  # whenever the process died, the pointer names a whole file
             verify_checkpoint(read_latest(work))
+    return history
+
+
+def test_kill_9_at_random_moments_then_resume_matches_an_uninterrupted_run(tmp_path, spawn_ranks):
+    config = tmp_path / "kill_cfg.py"
+    config.write_text(CONFIG.format(n=N))
+    ref, work = tmp_path / "reference", tmp_path / "killed"
+    tool_runs.import_before_forking()
+    supervisor = spawn_ranks(1, attempts, config, ref, work, tmp_path, timeout=400).check()
+    history = supervisor.ranks[0].value
     assert history[-1][1] == 0, history
     kills = [h for h in history if h[1] == -signal.SIGKILL]
     assert len(kills) >= 2, f"the test killed too rarely to prove anything: {history}"

@@ -4,6 +4,7 @@ and how xdist spreads the tests (tests/README.md says why each is so)."""
 import hashlib
 import importlib.util
 import logging
+import multiprocessing.util
 import os
 import platform
 import subprocess
@@ -140,6 +141,9 @@ def _fast_tier_guard(request, monkeypatch):
                     f"the tool in-process with run_tool.", pytrace=False)
 
     monkeypatch.setattr(subprocess.Popen, "_execute_child", no_process)
+    # multiprocessing's spawn and forkserver start a new interpreter without subprocess
+    monkeypatch.setattr(multiprocessing.util, "spawnv_passfds",
+                        lambda path, args, fds: no_process(None, args))
     compile_ = torch.compile
 
     def no_inductor(*args, backend="inductor", **kwargs):

@@ -1,9 +1,10 @@
 """The overhead benchmark still runs, and still finds the Runner's parameters identical to the
-hand-written loop's (a short run: the figures themselves are not checked here)."""
+hand-written loop's (a short run: the figures themselves are not checked here).
+
+The benchmark runs in this process (run_tool); the interpreters it times are processes of its own
+(run_process: the test is slow)."""
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,13 +13,10 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "overhead.py"
 
 
 @pytest.mark.parametrize("flags", [[], ["--plain-grad-none"]])
-def test_overhead_benchmark_runs_and_finds_identical_parameters(flags):
-    out = subprocess.run(
-        [sys.executable, str(BENCH), "--iters", "100", "200", "--repeats", "1", "--chunk", "50",
-         "--pairs", "1", "--import-repeats", "1", "--process-iters", "200",
-         "--process-rounds", str(1 if flags else 0), *flags],
-        capture_output=True, text=True, timeout=300,
-    )
+def test_overhead_benchmark_runs_and_finds_identical_parameters(run_tool, run_process, flags):
+    out = run_tool(BENCH, "--iters", "100", "200", "--repeats", "1", "--chunk", "50",
+                   "--pairs", "1", "--import-repeats", "1", "--process-iters", "200",
+                   "--process-rounds", 1 if flags else 0, *flags)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = re.findall(r"^\s+(\d+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+(\w+)", out.stdout, re.M)
     assert [(int(n), same) for n, _, same in rows] == [(100, "True"), (200, "True")], out.stdout

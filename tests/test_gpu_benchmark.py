@@ -1,10 +1,10 @@
 """benchmarks/gpu.py: without CUDA it prints its plan and trains nothing; its helpers (the loss
 comparison, the peak table, the figures read from scalars.jsonl) hold; the --tiny smoke run
-(slow) takes the real code path on this CPU."""
+(slow: its runs are processes) takes the real code path on this CPU. The benchmark itself runs in
+this process (run_tool)."""
 
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,10 +23,9 @@ def gpu(load_script):
 
 
 @no_cuda
-def test_cpu_command_prints_the_plan_and_writes_it(gpu, tmp_path):
+def test_cpu_command_prints_the_plan_and_writes_it(gpu, run_tool, tmp_path):
     out = tmp_path / "plan.json"
-    proc = subprocess.run([sys.executable, str(BENCH), "--out", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = run_tool(BENCH, "--out", out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "nothing is measured and nothing is trained" in proc.stdout
     for name in gpu.PASSES:
@@ -172,15 +171,13 @@ def test_sdpa_kernel_names(gpu):
     assert gpu.sdpa_kernel([]) == "none found"
 
 
-@pytest.mark.slow
-def test_tiny_smoke_run_on_cpu(tmp_path):
-    """The measured path on tiny shapes: a tools/train.py run and the one-process FSDP2 entry,
-    read through their scalars.jsonl and compared step by step (about a minute on 2 cores)."""
+def test_tiny_smoke_run_on_cpu(run_tool, run_process, tmp_path):
+    """The measured path on tiny shapes: a tools/train.py run and the one-process FSDP2 entry
+    (processes the benchmark starts: run_process marks the test slow), read through their
+    scalars.jsonl and compared step by step (about a minute on 2 cores)."""
     out = tmp_path / "tiny.json"
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), "--tiny", "--device", "cpu", "--only", "bert-large",
-         "bert-large-fsdp", "--out", str(out), "--keep", str(tmp_path / "work")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = run_tool(BENCH, "--tiny", "--device", "cpu", "--only", "bert-large",
+                    "bert-large-fsdp", "--out", out, "--keep", tmp_path / "work")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["measured"] is True

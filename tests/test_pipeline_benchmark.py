@@ -4,8 +4,6 @@ tools/train.py) and prints a row that parses: a positive speed-up, the theoretic
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,13 +12,11 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "pipeline.py"
 NUM = r"([\d.]+|n/a)"
 
 
-@pytest.mark.slow  # three runs, one of them on 2 processes (about 40 s on 2 cores)
-def test_pipeline_benchmark_runs_and_prints_its_table(tmp_path):
-    out = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--schedules", "1f1b", "--microbatches", "4",
-         "--json", str(tmp_path / "out.json")],
-        capture_output=True, text=True, timeout=600,
-    )
+def test_pipeline_benchmark_runs_and_prints_its_table(run_tool, torchrun, tmp_path):
+    # the benchmark in this process; its three runs are processes of its own, one a torchrun
+    # launch (the torchrun fixture: the test is slow)
+    out = run_tool(BENCH, "--quick", "--schedules", "1f1b", "--microbatches", "4", "--json",
+                   tmp_path / "out.json")
     assert out.returncode == 0, out.stderr[-3000:]
     rows = re.findall(rf"^(\w+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+(-?[\d.]+)\s+([\d.]+)"
                       rf"\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}\s*$", out.stdout, re.M)

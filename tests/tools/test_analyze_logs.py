@@ -1,7 +1,6 @@
 """tools/analyze_logs.py: curves, iteration times and summaries of runs; bad input in one line."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -269,9 +268,9 @@ def test_a_scalars_file_that_is_not_utf8(tool, tmp_path, capsys):
     assert exc.value.code == 0 and "skipped 1 unreadable line(s)" in out.err
 
 
-def test_script_error_is_one_line(tmp_path):
-    out = subprocess.run([sys.executable, str(TOOL), "summary", str(tmp_path / "nope")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+def test_script_error_is_one_line(run_process, tmp_path):
+    # the script's own process (its one in the suite): exit status 2, one line, no traceback
+    out = run_process(TOOL, "summary", tmp_path / "nope")
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().splitlines() == [
         f"error: {tmp_path / 'nope'}: no such file or directory (a RUN is a work dir or a "

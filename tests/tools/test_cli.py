@@ -1,10 +1,10 @@
 """The `libai` command (libai/cli): the dispatcher, shipped configs by name from any folder, one-line
-errors, the tools as shims of it, and a non-editable install that trains from an empty folder."""
+errors, the tools as shims of it, and a non-editable install that trains from an empty folder.
+
+Real processes: `python -m libai` once, and the installed console script; the rest in this process."""
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -76,11 +76,10 @@ def test_a_file_in_the_working_folder_wins_over_a_shipped_name(tmp_path, monkeyp
         resolve_config("zzzz")
 
 
-def test_python_m_libai_trains_a_shipped_config_from_an_empty_folder(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "libai", "train", "digits_mlp", "--fast-dev-run"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "Iter [2/" in proc.stdout + proc.stderr
+def test_python_m_libai_trains_a_shipped_config_from_an_empty_folder(run_process, tmp_path):
+    proc = run_process("-m", "libai", "train", "digits_mlp", "--fast-dev-run", cwd=tmp_path)
+    assert proc.returncode == 0, proc.output
+    assert "Iter [2/" in proc.output
     assert not list(tmp_path.iterdir())  # --fast-dev-run writes nothing
 
 
@@ -89,8 +88,7 @@ def test_usage_names_the_command(capsys):
     assert status == 2 and err.startswith("usage: libai train ")
 
 
-@pytest.mark.slow
-def test_non_editable_install_trains_by_name_from_an_empty_folder(tmp_path):
+def test_non_editable_install_trains_by_name_from_an_empty_folder(run_process, tmp_path):
     """pip install (not -e) into a folder: the console script, the shipped configs inside the
     package, nothing read from the checkout."""
     src, target, cwd = tmp_path / "src", tmp_path / "site", tmp_path / "cwd"
@@ -98,23 +96,20 @@ def test_non_editable_install_trains_by_name_from_an_empty_folder(tmp_path):
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
         ".git", "work_dirs", "build", "dist", "*.egg-info", "__pycache__", ".*cache*", "tests",
         "docs", "benchmarks"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                    "--no-build-isolation", "--target", str(target), str(src)],
-                   check=True, capture_output=True, text=True, timeout=600)
+    run_process("-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+                target, src).check()
     script = target / "bin" / "libai"
     assert script.is_file()
-    env = dict(os.environ, PYTHONPATH=str(target))
-    where = subprocess.run([sys.executable, "-c", "import libai; print(libai.__file__)"],
-                           cwd=cwd, env=env, capture_output=True, text=True, check=True)
+    env = dict(PYTHONPATH=str(target))  # the installed copy only, not the checkout
+    where = run_process("-c", "import libai; print(libai.__file__)", cwd=cwd, env=env).check()
     assert where.stdout.strip().startswith(str(target))
-    shown = subprocess.run([str(script), "print-config", "bert_tiny"], cwd=cwd, env=env,
-                           capture_output=True, text=True, timeout=300)
+    shown = run_process(script, "print-config", "bert_tiny", cwd=cwd, env=env, python=False)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[0] == f"# {target / 'libai' / 'configs' / 'bert_tiny.py'}"
-    proc = subprocess.run([str(script), "train", "digits_mlp", "--fast-dev-run"], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "Iter [2/" in proc.stdout + proc.stderr
+    proc = run_process(script, "train", "digits_mlp", "--fast-dev-run", cwd=cwd, env=env,
+                       python=False)
+    assert proc.returncode == 0, proc.output
+    assert "Iter [2/" in proc.output
     assert not list(cwd.iterdir())
 
 
@@ -127,7 +122,7 @@ def test_the_analysis_api_keeps_its_names_after_every_submodule_is_imported():
     assert not hasattr(summary, "__path__") and summary.__module__ == "libai.analysis.logs"
 
 
-def test_a_default_hook_is_a_key_without_plus(tmp_path):
+def test_a_default_hook_is_a_key_without_plus(run_tool, tmp_path):
     """`--cfg-options default_hooks.throughput=None` switches off a default hook the config file
     does not list, as its natural spelling says (issue 27); a misspelled hook is still refused."""
     from libai.cli.configs import load_config
@@ -137,8 +132,6 @@ def test_a_default_hook_is_a_key_without_plus(tmp_path):
     assert cfg.default_hooks.throughput is None and cfg.default_hooks.logger.interval == 5
     with pytest.raises(ConfigError, match="throughputt"):
         load_config("digits_mlp", {"default_hooks.throughputt": None})
-    proc = subprocess.run([sys.executable, "-m", "libai", "train", "digits_mlp", "--fast-dev-run",
-                           "--cfg-options", "default_hooks.throughput=None"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert "ThroughputHook" not in proc.stdout + proc.stderr and "Iter [2/2]" in proc.stdout + proc.stderr
+    proc = run_tool("libai", "train", "digits_mlp", "--fast-dev-run", "--cfg-options",
+                    "default_hooks.throughput=None", cwd=tmp_path).check()
+    assert "ThroughputHook" not in proc.output and "Iter [2/2]" in proc.output

@@ -1,9 +1,7 @@
-"""tools/convert_checkpoint.py both ways, as a user runs it."""
+"""tools/convert_checkpoint.py both ways, as a user runs it: in this process (run_tool: the same
+main(argv)), and once as a process of its own (test_bad_input_is_one_line)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -13,16 +11,13 @@ from libai.registry import MODELS
 
 transformers = pytest.importorskip("transformers")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def convert(*args):
-    return subprocess.run([sys.executable, "tools/convert_checkpoint.py", *map(str, args)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+TOOL = "tools/convert_checkpoint.py"
 
 
 @pytest.mark.parametrize("kind", ["bert", "gpt2"])
-def test_hf_to_libai_and_back(tmp_path, kind):
+def test_hf_to_libai_and_back(run_tool, tmp_path, kind):
     torch.manual_seed(0)
     if kind == "bert":
         hf = transformers.BertForPreTraining(transformers.BertConfig(
@@ -33,8 +28,7 @@ def test_hf_to_libai_and_back(tmp_path, kind):
             vocab_size=99, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0,
             eos_token_id=0)).eval()
     hf.save_pretrained(tmp_path / "hf")
-    out = convert("hf2libai", tmp_path / "hf", tmp_path / "w.pth")
-    assert out.returncode == 0, out.stderr
+    out = run_tool(TOOL, "hf2libai", tmp_path / "hf", tmp_path / "w.pth").check()
     text = out.stdout.split("put this model in your config:\n", 1)[1]
     scope = {}
     exec(text, scope)  # the printed snippet is a valid config fragment
@@ -52,8 +46,8 @@ def test_hf_to_libai_and_back(tmp_path, kind):
     torch.testing.assert_close(ours, expected, atol=1e-5, rtol=0)
 
     (tmp_path / "cfg.py").write_text(text)
-    out = convert("libai2hf", tmp_path / "cfg.py", tmp_path / "w.pth", tmp_path / "back")
-    assert out.returncode == 0, out.stderr
+    out = run_tool(TOOL, "libai2hf", tmp_path / "cfg.py", tmp_path / "w.pth", tmp_path / "back")
+    out.check()
     assert "config.json" in out.stdout and "no tokenizer written" in out.stdout  # none named
     assert json.loads((tmp_path / "back" / "config.json").read_text())["model_type"] == kind
     back = type(hf).from_pretrained(tmp_path / "back").eval()
@@ -63,16 +57,17 @@ def test_hf_to_libai_and_back(tmp_path, kind):
     torch.testing.assert_close(again, expected, atol=1e-5, rtol=0)
 
 
-def test_bad_input_is_one_line(tmp_path):
-    out = convert("hf2libai", tmp_path / "missing", tmp_path / "w.pth")
+def test_bad_input_is_one_line(run_process, run_tool, tmp_path):
+    # the script's own process once: a one-line error and exit status 2 from the interpreter
+    out = run_process(TOOL, "hf2libai", tmp_path / "missing", tmp_path / "w.pth")
     assert out.returncode == 2 and out.stderr.startswith("error: ")
     assert "is not a Hugging Face model folder" in out.stderr and out.stderr.count("\n") == 1
     transformers.DistilBertForMaskedLM(transformers.DistilBertConfig(
         vocab_size=99, dim=32, n_layers=1, n_heads=4, hidden_dim=37)).save_pretrained(
         tmp_path / "distilbert")
-    out = convert("hf2libai", tmp_path / "distilbert", tmp_path / "w.pth")
+    out = run_tool(TOOL, "hf2libai", tmp_path / "distilbert", tmp_path / "w.pth")
     assert out.returncode == 2 and "model_type 'distilbert'" in out.stderr
     assert out.stderr.count("\n") == 1 and not (tmp_path / "w.pth").exists()
     (tmp_path / "cfg.py").write_text("model = dict(type='DigitsMLP')\n")
-    out = convert("libai2hf", tmp_path / "cfg.py", tmp_path / "nope.pth", tmp_path / "o")
+    out = run_tool(TOOL, "libai2hf", tmp_path / "cfg.py", tmp_path / "nope.pth", tmp_path / "o")
     assert out.returncode == 2 and out.stderr.startswith("error: ")

@@ -3,8 +3,6 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -17,7 +15,6 @@ from libai.registry import MODELS
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TEXT = ["To be, or not to be, that is the question:", "Whether 'tis nobler in the mind to suffer",
         "The slings and arrows of outrageous fortune,", "Or to take arms against a sea of troubles"]
 ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
@@ -28,9 +25,10 @@ ROBERTA = dict(type="RobertaForMaskedLM", vocab_size=320, hidden_size=32, num_la
                num_heads=4, ffn_hidden_size=48, max_position_embeddings=66)
 
 
-def convert(*args):
-    return subprocess.run([sys.executable, "tools/convert_checkpoint.py", *map(str, args)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+@pytest.fixture
+def convert(run_tool):
+    """tools/convert_checkpoint.py in this process (its own process: test_convert_checkpoint.py)."""
+    return lambda *args: run_tool("tools/convert_checkpoint.py", *args)
 
 
 def llama3_tokenizer(folder):
@@ -57,7 +55,7 @@ def write_config_and_checkpoint(tmp_path, model, dataset):
     return cfg, built
 
 
-def test_llama_export_writes_the_corpus_tokenizer(tmp_path):
+def test_llama_export_writes_the_corpus_tokenizer(convert, tmp_path):
     pytest.importorskip("libai.model.zoo.llama")  # the Llama model (and its registration)
     folder = llama3_tokenizer(tmp_path / "tok")
     (tmp_path / "docs.txt").write_text("\n\n".join(TEXT) + "\n")
@@ -81,7 +79,7 @@ def test_llama_export_writes_the_corpus_tokenizer(tmp_path):
     assert model.config.eos_token_id == 2
 
 
-def test_roberta_export_with_tokenizer_option(tmp_path):
+def test_roberta_export_with_tokenizer_option(convert, tmp_path):
     tok = TextTokenizer.train(TEXT * 20, "bpe", 320, special_tokens=ROBERTA_SPECIALS)
     tok.save(tmp_path / "tok")
     cfg, _ = write_config_and_checkpoint(tmp_path, ROBERTA, dict(type="Unknown"))
@@ -100,7 +98,7 @@ def test_roberta_export_with_tokenizer_option(tmp_path):
     assert type(model).__name__ == "RobertaForMaskedLM"
 
 
-def test_export_without_a_tokenizer_says_so_and_writes_the_weights(tmp_path):
+def test_export_without_a_tokenizer_says_so_and_writes_the_weights(convert, tmp_path):
     cfg, _ = write_config_and_checkpoint(tmp_path, ROBERTA, dict(type="Unknown"))
     out = convert("libai2hf", cfg, tmp_path / "w.pth", tmp_path / "hf")
     assert out.returncode == 0, out.stderr

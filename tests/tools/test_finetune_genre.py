@@ -1,11 +1,13 @@
 """Fine-tuning as a user runs it: configs/bert_tiny_genre.py through tools/train.py from a
-pretraining checkpoint, then tools/test.py, tools/predict.py and libai2hf into transformers."""
+pretraining checkpoint, then tools/test.py, tools/predict.py and libai2hf into transformers.
+
+tools/predict.py runs as a process of its own (its one real process in the suite); the other
+tools run in this process (run_tool: the same main(argv); their processes: tests/tools/test_tools.py
+and test_convert_checkpoint.py)."""
 
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -19,12 +21,14 @@ GENRE = os.path.join(ROOT, "configs", "bert_tiny_genre.py")
 CLASSES = ["comedy", "history", "tragedy"]
 SHORT = ["train_cfg.max_iters=6", "train_cfg.val_interval=3", "val_cfg.limit_batches=2",
          "test_cfg.limit_batches=2", "default_hooks.checkpoint.interval=3",
-         "default_hooks.logger.interval=3"]
+         "default_hooks.logger.interval=3", "+default_hooks.logger.plot=False"]
 
 
-def run(*args):
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=900)
+@pytest.fixture
+def train(run_tool, shipped_config):
+    """``train(*args)``: tools/train.py configs/bert_tiny_genre.py in this process. It builds a
+    runner from a shipped config (shipped_config: the test is slow)."""
+    return lambda *args: run_tool("tools/train.py", GENRE, *args)
 
 
 def pretraining_checkpoint(path):
@@ -36,14 +40,13 @@ def pretraining_checkpoint(path):
     return model.state_dict()
 
 
-@pytest.mark.slow
-def test_genre_fine_tunes_from_a_pretraining_checkpoint_then_tests_predicts_exports(tmp_path):
+def test_genre_fine_tunes_from_a_pretraining_checkpoint_then_tests_predicts_exports(
+        train, run_tool, run_process, shipped_config, tmp_path):
     pre = pretraining_checkpoint(tmp_path / "pre.pth")
     work = tmp_path / "work"
-    out = run("tools/train.py", GENRE, "--work-dir", str(work), "--cfg-options",
-              f"load_from.path={tmp_path / 'pre.pth'}", *SHORT)
-    log = out.stdout + out.stderr
-    assert out.returncode == 0, log[-3000:]
+    out = train("--work-dir", work, "--cfg-options", f"load_from.path={tmp_path / 'pre.pth'}",
+                *SHORT).check()
+    log = out.output
     # the load report names what the classifier adds and what pretraining leaves behind
     assert "classifier.* (2 keys)" in log and "mlm_head" in log, log[-3000:]
     assert "val: 2 of" in log and "test/accuracy" in log and "val/f1/tragedy" in log
@@ -56,28 +59,26 @@ def test_genre_fine_tunes_from_a_pretraining_checkpoint_then_tests_predicts_expo
     assert torch.allclose(ckpt["state_dict"][emb], pre[emb], atol=5e-3)
     assert not torch.equal(ckpt["state_dict"][emb], pre[emb])
 
-    test = run("tools/test.py", GENRE, str(work / best[0]), "--work-dir", str(tmp_path / "test"),
-               "--cfg-options", "test_cfg.limit_batches=2")
-    assert test.returncode == 0 and "test/accuracy" in test.stdout + test.stderr, test.stderr[-2000:]
+    test = run_tool("tools/test.py", GENRE, work / best[0], "--work-dir", tmp_path / "test",
+                    "--cfg-options", "test_cfg.limit_batches=2").check()
+    assert "test/accuracy" in test.output
 
     passage = "KING HENRY: Once more unto the breach, dear friends, once more"
-    pred = run("tools/predict.py", GENRE, str(work / best[0]), passage, "--top-k", "3",
-               "--out", str(tmp_path / "p.jsonl"))
-    assert pred.returncode == 0, pred.stderr[-2000:]
+    pred = run_process("tools/predict.py", GENRE, work / best[0], passage, "--top-k", "3",
+                       "--out", tmp_path / "p.jsonl").check()
     line = pred.stdout.splitlines()[0]
     assert sorted(re.findall(r"(comedy|history|tragedy) \d\.\d\d", line)) == CLASSES, line
     record = json.loads((tmp_path / "p.jsonl").read_text())
     assert record["label"] in CLASSES and abs(sum(p for _, p in record["top"]) - 1) < 1e-3
 
     hf = tmp_path / "hf"
-    conv = run("tools/convert_checkpoint.py", "libai2hf", GENRE, str(work / best[0]), str(hf))
-    assert conv.returncode == 0, conv.stderr[-2000:]
+    run_tool("tools/convert_checkpoint.py", "libai2hf", GENRE, work / best[0], hf).check()
     transformers = pytest.importorskip("transformers")
     model = transformers.AutoModelForSequenceClassification.from_pretrained(hf).eval()
     assert model.config.id2label == dict(enumerate(CLASSES))
     tok = transformers.AutoTokenizer.from_pretrained(hf)
     enc = tok([passage], return_tensors="pt")
-    ours = MODELS.build(Config.fromfile(GENRE).model.to_dict()).eval()
+    ours = MODELS.build(shipped_config("bert_tiny_genre").model.to_dict()).eval()
     ours.load_state_dict(ckpt["state_dict"])
     with torch.no_grad():
         want = ours({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})
@@ -93,9 +94,9 @@ def test_genre_fine_tunes_from_a_pretraining_checkpoint_then_tests_predicts_expo
          f"from {ROOT}.) It is written by training configs/bert_tiny.py: run `libai train "
          f"bert_tiny` first."),
 ])
-def test_genre_mistakes_are_one_line(tmp_path, options, message):
-    out = run("tools/train.py", GENRE, "--work-dir", str(tmp_path),
-              *(["--cfg-options", *options] if options else []))
+def test_genre_mistakes_are_one_line(train, tmp_path, options, message):
+    # found when the runner is built from the shipped config: before any step
+    out = train("--work-dir", tmp_path, *(["--cfg-options", *options] if options else []))
     assert out.returncode == 2, out.stderr[-3000:]
     error = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert len(error) == 1 and message in error[0], out.stderr[-3000:]

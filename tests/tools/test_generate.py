@@ -1,8 +1,8 @@
-"""tools/generate.py: text from a GPT checkpoint, as a user runs it."""
+"""tools/generate.py: text from a GPT checkpoint, as a user runs it: in this process (run_tool:
+the same main(argv)), and once as a process of its own (a prompt of bytes that are not UTF-8: only
+a real command line has them)."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -14,9 +14,10 @@ from libai.registry import MODELS
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run(*args):
-    return subprocess.run([sys.executable, "tools/generate.py", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+@pytest.fixture
+def run(run_tool):
+    """``run(*args)``: tools/generate.py in this process."""
+    return lambda *args: run_tool("tools/generate.py", *args)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def checkpoint(tmp_path_factory):
     return str(config), str(folder / "gpt.pth")
 
 
-def test_generate_continues_the_prompt_reproducibly(checkpoint):
+def test_generate_continues_the_prompt_reproducibly(run, checkpoint):
     config, ckpt = checkpoint
     args = (config, ckpt, "--prompt", "ROMEO:", "--max-new-tokens", "12", "--top-k", "20",
             "--num-samples", "2", "--seed", "3")
@@ -45,7 +46,7 @@ def test_generate_continues_the_prompt_reproducibly(checkpoint):
     assert greedy.returncode == 0 and greedy.stdout.startswith("ROMEO:"), greedy.stderr
 
 
-def test_generate_bad_input_is_one_line(checkpoint, tmp_path):
+def test_generate_bad_input_is_one_line(run, checkpoint, tmp_path):
     config, ckpt = checkpoint
     out = run(config, str(tmp_path / "missing.pth"))
     assert out.returncode == 2 and out.stderr.startswith("error: Checkpoint") and "\n" == out.stderr[-1]
@@ -74,7 +75,7 @@ def test_config_tokenizer_and_template_of_a_fine_tuning_dataset(tmp_path):
         config_template(plain)
 
 
-def test_instruction_needs_an_instruction_config(checkpoint):
+def test_instruction_needs_an_instruction_config(run, checkpoint):
     config, ckpt = checkpoint
     out = run(config, ckpt, "--instruction", "Who speaks?")
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
@@ -165,9 +166,10 @@ def test_bad_generation_options_are_one_line_before_the_model(flags, says, tmp_p
     assert err.startswith("error: ") and says.replace("$T", str(tmp_path)) in err, err
 
 
-def test_a_prompt_that_is_not_utf8_on_the_command_line(tmp_path):
-    out = subprocess.run([sys.executable, "tools/generate.py", "gpt2_tiny", "none.pth",
-                          "--prompt", b"caf\xe9"], cwd=ROOT, capture_output=True, timeout=300)
-    err = out.stderr.decode("utf-8", "replace")
+def test_a_prompt_that_is_not_utf8_on_the_command_line(run_process):
+    # os.fsdecode: the str that the subprocess module turns back into the bytes caf\xe9
+    out = run_process("tools/generate.py", "gpt2_tiny", "none.pth", "--prompt",
+                      os.fsdecode(b"caf\xe9"))
+    err = out.stderr
     assert out.returncode == 2 and err.count("\n") == 1, err
     assert "error: --prompt is not UTF-8 text (byte 0xe9 at character 4)" in err

@@ -15,7 +15,8 @@ from libai.utils.run_layout import run_folders
 def config(work, max_iters, **extra):
     return toy_config(work_dir=str(work), train_cfg=dict(max_iters=max_iters, val_interval=100),
                       default_hooks=dict(checkpoint=dict(type="CheckpointHook", interval=10),
-                                         logger=dict(type="LoggerHook", interval=5)), **extra)
+                                         logger=dict(type="LoggerHook", interval=5,
+                                                     plot=False)), **extra)
 
 
 def train(cfg):

@@ -1,11 +1,11 @@
-"""tools/lr_find.py: the LR range test, as a user runs it."""
+"""tools/lr_find.py: the LR range test, as a user runs it: once as a process of its own (where the
+runner's temporary work dir goes is the process's TMPDIR), the other cases in this process
+(run_tool: the same main(argv))."""
 
 import importlib.util
 import math
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 
@@ -17,11 +17,6 @@ SUGGESTION = re.compile(r"^  python tools/train\.py .*--cfg-options .*optim_wrap
                         re.M)
 
 
-def run(*args, cwd, env=None):
-    return subprocess.run([sys.executable, TOOL, *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env=env)
-
-
 def load_tool():
     spec = importlib.util.spec_from_file_location("lr_find_tool", TOOL)
     module = importlib.util.module_from_spec(spec)
@@ -29,15 +24,15 @@ def load_tool():
     return module
 
 
-def test_suggests_lr_writes_plot_and_leaves_no_files(tmp_path):
+def test_suggests_lr_writes_plot_and_leaves_no_files(run_process, tmp_path):
     cwd, tmp, work = tmp_path / "cwd", tmp_path / "tmp", tmp_path / "work"
     cwd.mkdir()
     tmp.mkdir()
-    env = dict(os.environ, TMPDIR=str(tmp))  # where the runner's temporary work dir goes
+    env = dict(TMPDIR=str(tmp))  # where the runner's temporary work dir goes
     plot = tmp_path / "plots" / "lr.png"
-    out = run(DIGITS, "--num-iters", "40", "--out", str(plot),
-              "--cfg-options", f"work_dir={work}", "train_dataloader.batch_size=64",
-              cwd=cwd, env=env)
+    out = run_process(TOOL, DIGITS, "--num-iters", "40", "--out", plot,
+                      "--cfg-options", f"work_dir={work}", "train_dataloader.batch_size=64",
+                      cwd=cwd, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     match = SUGGESTION.search(out.stdout)
     assert match, out.stdout
@@ -54,15 +49,15 @@ def test_suggests_lr_writes_plot_and_leaves_no_files(tmp_path):
     assert not [name for name in os.listdir(tmp) if name.startswith("libai_lr_find_")]
 
 
-def test_accumulation_and_amp_on_a_toy_config(tmp_path):
+def test_accumulation_and_amp_on_a_toy_config(run_tool, tmp_path):
     cfg = tmp_path / "toy.py"
     cfg.write_text(
         "from libai.testing import toy_config\n"
         "globals().update(toy_config(work_dir='unused_work_dir'))\n"
         "optim_wrapper = dict(type='OptimWrapper', accumulative_counts=2,\n"
         "                     optimizer=dict(type='SGD', lr=0.1, momentum=0.9))\n")
-    out = run(str(cfg), "--amp", "--num-iters", "30", "--start-lr", "1e-5", "--end-lr", "100",
-              "--out", str(tmp_path / "toy.png"), cwd=tmp_path)
+    out = run_tool(TOOL, cfg, "--amp", "--num-iters", "30", "--start-lr", "1e-5", "--end-lr",
+                   "100", "--out", tmp_path / "toy.png", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "AmpOptimWrapper" in out.stdout and "accumulative_counts=2" in out.stdout
     assert SUGGESTION.search(out.stdout) and (tmp_path / "toy.png").exists()
@@ -70,12 +65,12 @@ def test_accumulation_and_amp_on_a_toy_config(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["toy.png", "toy.py"]
 
 
-def test_bad_input_is_one_line(tmp_path):
-    out = run(DIGITS, "--start-lr", "1", "--end-lr", "0.1", cwd=tmp_path)
+def test_bad_input_is_one_line(run_tool, tmp_path):
+    out = run_tool(TOOL, DIGITS, "--start-lr", "1", "--end-lr", "0.1", cwd=tmp_path)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [
         "error: --end-lr (0.1) must be larger than --start-lr (1.0)."]
-    out = run(DIGITS, "--cfg-options", "optim_wrapper.optimizer.lrr=1", cwd=tmp_path)
+    out = run_tool(TOOL, DIGITS, "--cfg-options", "optim_wrapper.optimizer.lrr=1", cwd=tmp_path)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "Did you mean 'lr'" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert os.listdir(tmp_path) == []

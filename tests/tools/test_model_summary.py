@@ -1,9 +1,9 @@
-"""libai/model/summary.py and tools/model_summary.py: the table, its totals, one step's FLOPs."""
+"""libai/model/summary.py and tools/model_summary.py: the table, its totals, one step's FLOPs.
+
+The tool runs once as a process of its own (digits_mlp), else in this process (run_tool)."""
 
 import importlib.util
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -21,11 +21,6 @@ def _tool():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def run(*args):
-    return subprocess.run([sys.executable, TOOL, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
 
 
 class Tied(nn.Module):
@@ -98,8 +93,8 @@ def test_one_step_flops_of_linear_layers():
     assert two["rows"] == {"layers.0": 2 * m * n1 * k, "layers.1": 2 * m * n2 * n1}
 
 
-def test_tool_prints_table_and_flops_for_digits_mlp():
-    out = run("configs/digits_mlp.py")
+def test_tool_prints_table_and_flops_for_digits_mlp(run_process):
+    out = run_process(TOOL, "configs/digits_mlp.py")
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout
     assert "Model summary: DigitsMLP" in text
@@ -111,10 +106,10 @@ def test_tool_prints_table_and_flops_for_digits_mlp():
     assert "FLOPs per training step: 15.2 MFLOP = forward 5.41 MFLOP + backward 9.76 MFLOP" in text
 
 
-def test_tool_on_a_tiny_bert_counts_tokens():
+def test_tool_on_a_tiny_bert_counts_tokens(run_tool):
     # BERT-tiny cut to one layer and a batch of 2 (the corpus cache is built on first use)
-    out = run("configs/bert_tiny.py", "--cfg-options", "model.num_layers=1",
-              "train_dataloader.batch_size=2")
+    out = run_tool(TOOL, "configs/bert_tiny.py", "--cfg-options", "model.num_layers=1",
+                   "train_dataloader.batch_size=2")
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout
     assert "Model summary: BertForPreTraining" in text

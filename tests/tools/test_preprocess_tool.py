@@ -2,8 +2,6 @@
 
 import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -137,26 +135,12 @@ def test_argument_errors(tool, inputs, extra, message, capsys):
     assert e.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_user_error_is_one_line_and_exit_2(tmp_path):
+def test_user_error_is_one_line_and_exit_2(run_process, tmp_path):
+    # the script's own process (its one in the suite): exit status 2, one line, no traceback
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "fine"}\n{"text": broken\n', encoding="utf-8")
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(TOOL),
-            str(bad),
-            "--output-prefix",
-            str(tmp_path / "c"),
-            "--train-tokenizer",
-            "bpe",
-            "--vocab-size",
-            "300",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    out = run_process(TOOL, bad, "--output-prefix", tmp_path / "c", "--train-tokenizer", "bpe",
+                      "--vocab-size", "300")
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines() == [
         f"error: {bad}, line 2: not valid JSON (Expecting value, column 10). Each line of a "

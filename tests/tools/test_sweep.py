@@ -1,4 +1,7 @@
-"""tools/sweep.py and OptunaPruningHook: sweeps of tiny digits runs, as a user runs them."""
+"""tools/sweep.py and OptunaPruningHook: sweeps of tiny digits runs, as a user runs them.
+
+The sweep runs in this process (run_tool: the same main(argv)), except the one that is killed;
+its trials are always `libai train` processes of their own."""
 
 import csv
 import json
@@ -32,9 +35,11 @@ def write_sweep(path, **keys):
     return str(path)
 
 
-def sweep(*args, cwd):
-    return subprocess.run([sys.executable, TOOL, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
+@pytest.fixture
+def sweep(run_tool, run_process):
+    """``sweep(*args, cwd=)``: tools/sweep.py in this process. Its trials are processes
+    (run_process: the test is slow); a sweep that stops before its trials needs only run_tool."""
+    return lambda *args, cwd: run_tool(TOOL, *args, cwd=cwd)
 
 
 def load(study_dir, name):
@@ -54,13 +59,18 @@ def grid_seed_running_first(choices, first, then):
     raise AssertionError("no seed orders the grid as needed")
 
 
-def test_grid_finds_best_prunes_the_worse_and_survives_a_crash(tmp_path):
+def test_grid_finds_best_prunes_the_worse_and_survives_a_crash(sweep, tmp_path):
+    """Also: `--cfg-options` applies to every trial after the file's options (a default hook
+    without `+`), and a sweep says where each trial is while it runs (issue 27)."""
     choices = [3e-3, 1e-5, "oops"]  # 'oops' is no learning rate: that trial crashes
     seed = grid_seed_running_first(choices, 3e-3, 1e-5)  # a median exists when 1e-5 runs
+    # the file makes trials of 2000 iterations; --cfg-options brings them back to FAST's 60
     path = write_sweep(tmp_path / "lr.py", params={LR: dict(choices=choices)}, seed=seed,
-                       pruner=dict(type="MedianPruner", n_startup_trials=1, n_warmup_steps=0))
+                       pruner=dict(type="MedianPruner", n_startup_trials=1, n_warmup_steps=0),
+                       cfg_options=["train_cfg.max_iters=2000"])
     study_dir = tmp_path / "study"
-    out = sweep(path, "--study-dir", str(study_dir), cwd=tmp_path)
+    out = sweep(path, "--study-dir", study_dir, "--cfg-options", *FAST,
+                "default_hooks.throughput=None", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     trials = {t.params[LR]: t for t in load(study_dir, "lr").trials}
     assert sorted(map(repr, trials)) == sorted(map(repr, choices))  # each point once
@@ -82,7 +92,15 @@ def test_grid_finds_best_prunes_the_worse_and_survives_a_crash(tmp_path):
     assert rows[0][LR] == "0.003" and float(rows[0]["val/accuracy"]) == good.value
     best = Config.fromfile(str(study_dir / "best_config.py"))
     assert best.optim_wrapper.optimizer.lr == 3e-3 and best.train_cfg.max_iters == 60
+    assert best.default_hooks.throughput is None and "train_cfg.max_iters=60" in \
+        good.user_attrs["command"]
     assert "custom_hooks" not in best  # the pruning hook is the sweep's, not the config's
+    # not a terminal: one line per new value of the metric, with the trial's place and step
+    place = f"({good.number + 1}/3)"
+    assert f"trial {good.number} started {place}: " in out.stdout
+    assert re.search(rf"trial {good.number} {re.escape(place)}: step \d+/60, val/accuracy 0\.\d+",
+                     out.stdout), out.stdout
+    assert f"trial {good.number} complete {place}: val/accuracy = " in out.stdout
     for name in ("optimization_history.png", "intermediate_values.png"):
         assert (study_dir / name).stat().st_size > 5000, name
     assert not (study_dir / "param_importances.png").exists()  # needs 2 complete trials
@@ -93,11 +111,12 @@ def test_grid_finds_best_prunes_the_worse_and_survives_a_crash(tmp_path):
     Runner.from_cfg(best, fast_dev_run=2).train()
 
 
-def test_resumes_after_a_kill_without_running_a_point_twice(tmp_path):
+def test_resumes_after_a_kill_without_running_a_point_twice(sweep, tmp_path):
     path = write_sweep(tmp_path / "resume.py", params={LR: [1e-5, 3e-3]})
     study_dir = tmp_path / "study"
     cmd = [sys.executable, TOOL, path, "--study-dir", str(study_dir)]
-    # a session of its own: killing its process group also kills the running trial
+    # a real process (killed), in a session of its own: killing its process group also kills
+    # the running trial; the runs that resume it are in this process
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     lines = []
@@ -133,21 +152,21 @@ def test_resumes_after_a_kill_without_running_a_point_twice(tmp_path):
     assert len(load(study_dir, "resume").trials) == 3
 
 
-def test_bad_sweep_files_are_one_line(tmp_path):
+def test_bad_sweep_files_are_one_line(run_tool, tmp_path):
     path = write_sweep(tmp_path / "bad.py",
                        params={LR: dict(type="float", low=1e-4, high=1e-2, log=True)})
-    out = sweep(path, "--study-dir", str(tmp_path / "s"), cwd=tmp_path)
+    out = run_tool(TOOL, path, "--study-dir", str(tmp_path / "s"), cwd=tmp_path)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "strategy='grid' needs the values of every parameter" in out.stderr
     assert "without a step" in out.stderr
     path = write_sweep(tmp_path / "typo.py", params={"optim_wrapper.optimizer.lrr": [1e-3]})
-    out = sweep(path, "--study-dir", str(tmp_path / "s"), cwd=tmp_path)
+    out = run_tool(TOOL, path, "--study-dir", str(tmp_path / "s"), cwd=tmp_path)
     assert out.returncode == 2 and "Did you mean 'lr'" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "s").exists()
 
 
-def test_trial_timeout_and_a_changed_sweep_is_not_resumed(tmp_path):
+def test_trial_timeout_and_a_changed_sweep_is_not_resumed(sweep, tmp_path):
     study_dir = tmp_path / "study"
     path = write_sweep(tmp_path / "s.py", params={LR: [1e-3]}, trial_timeout=0.01)
     out = sweep(path, "--study-dir", str(study_dir), cwd=tmp_path)
@@ -172,7 +191,8 @@ def test_pruning_hook_reports_and_stops_the_run(tmp_path):
                 trial_number=trial.number, monitor="val/accuracy",
                 pruner=dict(type="ThresholdPruner", lower=2.0))  # accuracy < 2: always pruned
     cfg = toy_config(work_dir=str(tmp_path / "work"), custom_hooks=[hook],
-                     train_cfg=dict(max_iters=30, val_interval=10))
+                     train_cfg=dict(max_iters=30, val_interval=10),
+                     default_hooks=dict(logger=dict(plot=False)))
     runner = Runner.from_cfg(cfg)
     runner.train()
     assert runner.iter == 10 and runner.should_stop  # stopped at the first validation
@@ -184,34 +204,12 @@ def test_pruning_hook_reports_and_stops_the_run(tmp_path):
     assert study.trials[0].state.name == "RUNNING"  # the sweep, not the hook, finishes it
 
 
-def test_cfg_options_shorten_every_trial_and_progress_is_shown(tmp_path):
-    """`--cfg-options` applies to every trial after the file's options (a default hook without
-    `+`), and a sweep says where each trial is while it runs (issue 27)."""
-    path = tmp_path / "short.py"
-    path.write_text(f"config = {DIGITS!r}\nmetric = dict(key='val/accuracy', mode='max')\n"
-                    f"strategy = 'grid'\nparams = {{{LR!r}: [3e-3]}}\n"
-                    f"cfg_options = ['train_cfg.max_iters=2000']\n")
-    study_dir = tmp_path / "study"
-    out = sweep(str(path), "--study-dir", str(study_dir), "--cfg-options", *FAST,
-                "default_hooks.throughput=None", cwd=tmp_path)
-    assert out.returncode == 0, out.stdout + out.stderr
-    (trial,) = load(study_dir, "short").trials
-    assert trial.state.name == "COMPLETE"
-    assert "train_cfg.max_iters=60" in trial.user_attrs["command"]
-    best = Config.fromfile(str(study_dir / "best_config.py"))
-    assert best.train_cfg.max_iters == 60 and best.default_hooks.throughput is None
-    # not a terminal: one line per new value of the metric, with the trial's place and step
-    assert "trial 0 started (1/1): " in out.stdout
-    assert re.search(r"trial 0 \(1/1\): step \d+/60, val/accuracy 0\.\d+", out.stdout), out.stdout
-    assert "trial 0 complete (1/1): val/accuracy = " in out.stdout
-
-
-def test_study_dir_that_is_a_file_is_one_line(tmp_path):
+def test_study_dir_that_is_a_file_is_one_line(run_tool, tmp_path):
     path = write_sweep(tmp_path / "f.py", params={LR: [1e-3]})
     (tmp_path / "taken").write_text("a file\n")
     for study_dir, what in ((tmp_path / "taken", "is a file"),
                             (tmp_path / "taken" / "study", "lies under a file")):
-        out = sweep(path, "--study-dir", str(study_dir), cwd=tmp_path)
+        out = run_tool(TOOL, path, "--study-dir", str(study_dir), cwd=tmp_path)
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
         assert out.stderr.strip().splitlines() == [
             f"error: --study-dir {study_dir} {what}"

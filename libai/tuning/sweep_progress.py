@@ -39,9 +39,14 @@ class TrialWatch:
         self.value: float | None = None
         self._path: str | None = None
         self._offset = 0
+        self._lock = threading.Lock()  # the main thread's poll and a worker's last read
 
     def read(self) -> bool:
         """Read what the trial wrote since the last call; True when the metric has a new value."""
+        with self._lock:
+            return self._read()
+
+    def _read(self) -> bool:
         if self._path is None:
             found = sorted(glob.glob(os.path.join(self.trial_dir, "*", "scalars.jsonl")))
             if not found:
@@ -119,8 +124,10 @@ class SweepProgress:
     def finished(self, number: int) -> None:
         """A trial has ended (complete, pruned, failed or interrupted)."""
         with self._lock:
-            self._running.pop(number, None)
+            entry = self._running.pop(number, None)
             self.done += 1
+        if entry is not None:  # what it wrote since the last poll: a short trial ends between two
+            self._show(number, *entry)
         self.bar.remove(f"trial {number}")
         self.bar.update("sweep", completed=self.done, description=self._sweep_text())
 
@@ -134,14 +141,18 @@ class SweepProgress:
         with self._lock:
             running = list(self._running.items())
         for number, (place, watch, total) in running:
-            new = watch.read()
-            of = f"/{total}" if total else ""
-            value = "" if watch.value is None else f", {self.metric} {watch.value:.4g}"
-            if self.bar.enabled:
-                self.bar.update(f"trial {number}", completed=watch.step,
-                                description=f"trial {number} ({place}/{self.todo}){value}")
-            elif new:
-                self.say(f"trial {number} ({place}/{self.todo}): step {watch.step}{of}{value}")
+            self._show(number, place, watch, total)
+
+    def _show(self, number: int, place: int, watch: TrialWatch, total: int | None) -> None:
+        """Read a trial's new scalars and show its step and metric."""
+        new = watch.read()
+        of = f"/{total}" if total else ""
+        value = "" if watch.value is None else f", {self.metric} {watch.value:.4g}"
+        if self.bar.enabled:
+            self.bar.update(f"trial {number}", completed=watch.step,
+                            description=f"trial {number} ({place}/{self.todo}){value}")
+        elif new:
+            self.say(f"trial {number} ({place}/{self.todo}): step {watch.step}{of}{value}")
 
     def stop(self) -> None:
         self.bar.stop()

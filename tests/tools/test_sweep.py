@@ -248,6 +248,23 @@ def test_progress_follows_a_trials_scalars(tmp_path):
     progress.stop()
 
 
+def test_a_trial_that_ends_between_two_polls_still_shows_its_last_value(tmp_path):
+    """A short trial writes its metric and ends before the next poll (once a second): the line
+    is said when it finishes, not lost."""
+    from libai.tuning.sweep_progress import SweepProgress
+
+    lines = []
+    progress = SweepProgress(todo=1, metric="val/accuracy", say=lines.append, bar=False)
+    progress.started(0, str(tmp_path), total_steps=60)
+    progress.poll(force=True)  # not training yet
+    (tmp_path / "20261128_080000").mkdir()
+    (tmp_path / "20261128_080000" / "scalars.jsonl").write_text(
+        '{"step": 60, "val/accuracy": 0.875}\n')
+    progress.finished(0)
+    assert lines == ["trial 0 (1/1): step 60/60, val/accuracy 0.875"]
+    progress.stop()
+
+
 def test_default_hooks_are_keys_without_plus_in_a_sweep(tmp_path):
     """A default hook the config does not list (throughput) takes no `+`, in the sweep file's
     cfg_options, in --cfg-options and as a swept parameter, as in tools/train.py (issue 27)."""

@@ -77,6 +77,9 @@ MODEL_LAYOUTS = {"llama": ("tp", "fsdp", "pp", "pp+gpipe")}
 # same shapes: a compiled row does not compile again for another batch size)
 GLOBAL_BATCH = 8
 SUITE_VAL_BATCHES = 2  # what the suite evaluates, except on full_val rows
+# a whole set is evaluated in batches of this many over all processes: fewer batches, the same
+# samples (429 = 6 x 64 + 45: the last batch is still a short one)
+WHOLE_SET_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -167,13 +170,16 @@ def train_argv(model: str, work: Path, plan: Plan, options: tuple[str, ...],
                flags: tuple[str, ...], data_shares: int, full: bool) -> list[str]:
     """The arguments of ``tools/train.py`` for one run: the shipped config shrunk, the global
     batch split over the data shares (in training and evaluation alike, so that N processes
-    evaluating their first batches see the samples one process sees in its first batches)."""
+    evaluating their first batches see the samples one process sees in its first batches; a
+    whole set goes in batches of :data:`WHOLE_SET_BATCH`)."""
     config, shrink = MODELS[model]
     batch = GLOBAL_BATCH // data_shares
-    limit = () if full or plan.val_batches is None else (
+    whole = full or plan.val_batches is None
+    limit = () if whole else (
         f"val_cfg.limit_batches={plan.val_batches}", f"test_cfg.limit_batches={plan.val_batches}")
-    sets = (f"val_dataloader.batch_size={batch}",
-            *((f"test_dataloader.batch_size={batch}",) if "test" in plan.stages
+    eval_batch = (WHOLE_SET_BATCH if whole else GLOBAL_BATCH) // data_shares
+    sets = (f"val_dataloader.batch_size={eval_batch}",
+            *((f"test_dataloader.batch_size={eval_batch}",) if "test" in plan.stages
               else ("test_dataloader=None", "test_evaluator=None")))
     return [str(ROOT / config), "--work-dir", str(work), *flags, "--cfg-options", *shrink,
             f"train_cfg.max_iters={plan.steps}", f"train_cfg.val_interval={plan.steps}",

@@ -7,6 +7,7 @@ import logging
 import multiprocessing.util
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -191,6 +192,9 @@ def _text_cache():
     old = os.environ.get("LIBAI_CACHE_DIR")
     cache = ROOT / ".cache" / "tests" / f"text-{_text_cache_key()}"
     cache.mkdir(parents=True, exist_ok=True)
+    for stale in cache.parent.glob("text-*"):  # built by code that has changed since
+        if stale != cache:
+            shutil.rmtree(stale, ignore_errors=True)
     os.environ["LIBAI_CACHE_DIR"] = str(cache)
     yield
     if old is None:

@@ -185,5 +185,6 @@ def test_the_end_of_the_first_compile_says_how_long_it_took(libai_log):
     done = [m for m in libai_log if m.startswith("Graph mode: the training step is compiled")]
     assert len(done) == 1, libai_log
     total, fwd, rest = map(float, re.findall(r"([\d.]+) s", done[0].splitlines()[0])[:3])
-    assert fwd > 0 and rest > 0 and abs(total - (fwd + rest)) <= 0.11
+    # tenths of a second: a backend='eager' forward can compile in under 0.05 s ("0.0 s")
+    assert min(fwd, rest) >= 0 and abs(total - (fwd + rest)) <= 0.11
     assert "the update (clipping, optimizer step) compiled in" in done[0]

@@ -73,16 +73,12 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", ["plain", "bf16"])
+@pytest.mark.parametrize("case", ["plain", "accumulate2_clip", "bf16"])
 def test_graph_equals_eager_digits_mlp(case, libai_log):
-    """Dropout on, lr changing every step, 6 steps."""
+    """Dropout on, lr changing every step, 6 steps; aot_eager. The inductor build of the same
+    step (its kernels, dropout drawn as eager draws it, the compiled update with accumulation
+    and clipping): tests/tools/test_graph_cli.py, the suite's one inductor test."""
     check_graph_equals_eager_digits_mlp(case, "aot_eager", libai_log)
-
-
-def test_graph_equals_eager_digits_mlp_with_inductor(inductor, libai_log):
-    """The inductor test: generated kernels for the forward, the backward and the update
-    (accumulation, clipping), dropout drawn as eager draws it (exact_random)."""
-    check_graph_equals_eager_digits_mlp("accumulate2_clip", inductor, libai_log)
 
 
 def check_graph_equals_eager_digits_mlp(case, backend, libai_log):

@@ -154,6 +154,7 @@ class Run:
     samples: dict[str, int] = field(default_factory=dict)
     weights: dict = field(default_factory=dict)
     effective_batch: int | None = None
+    compiled_blocks: int | None = None  # graph mode: the blocks its end-of-run report counts
     seconds: float = 0.0
 
 
@@ -208,6 +209,8 @@ def read_run(work: Path, output: str, plan: Plan) -> Run:
         run.samples[stage] = int(found[-1]) if found else -1
     found = re.search(r"effective batch size .* = (\d+)", output)
     run.effective_batch = int(found.group(1)) if found else None
+    found = re.search(r"Graph mode \(end of run\), (\d+) blocks compiled one by one", output)
+    run.compiled_blocks = int(found.group(1)) if found else None
     run.weights = final_weights(work / f"iter_{plan.steps}.pth")
     return run
 
@@ -360,7 +363,8 @@ def compare(run: Run, ref: Run, sizes: dict[str, int]) -> dict:
     worst = max(metrics, key=lambda k: _nan_last(metrics[k]))
     return {"loss": max(map(_nan_last, losses)), "weights": weights, "metrics": metrics[worst], "worst": worst,
             "steps": len(ref.losses), "samples": dict(run.samples), "sizes": sizes,
-            "effective_batch": (run.effective_batch, ref.effective_batch)}
+            "effective_batch": (run.effective_batch, ref.effective_batch),
+            "compiled_blocks": run.compiled_blocks}
 
 
 def passes(result: dict, layout: Layout) -> bool:

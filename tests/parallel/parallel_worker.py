@@ -76,8 +76,8 @@ def main() -> dict:
         "ddp+rank0_init": (dict(data=world, rank0_init=True), None, shard),
         "fsdp+rank0_init": (dict(data=1, fsdp=world, rank0_init=True), None, shard),
         "tp+rank0_init": (dict(data=1, tensor=world, rank0_init=True), None, lambda b: b),
-        "fsdp+graph": (dict(data=1, fsdp=world), None, shard),
-        "tp+graph": (dict(data=1, tensor=world), None, lambda b: b),
+        # graph mode on 2 processes (blocks compiled one by one, fsdp and tp): the parity
+        # matrix's gpt2/fsdp+graph and gpt2/tp+graph rows, through tools/train.py --graph
     }
     if world == 4:  # 2-D: FSDP over 2 x tensor parallel over 2 (run by hand: 4 processes)
         shard2 = lambda b: {k: v.chunk(2)[rank // 2] for k, v in b.items()}  # noqa: E731

@@ -91,10 +91,6 @@ def test_fsdp_and_tensor_parallel_equal_one_process(spawn_ranks):
     assert diff.pop("plain tensor").startswith(
         "parallel.rank0_init: WithPlainTensor keeps tensors that are neither parameters nor "
         "buffers (lin.scale), so rank 0 cannot send them. Register each one as a buffer")
-    # graph mode on a sharded model: each block compiled, the FSDP / TP hooks eager between
-    assert diff["fsdp+graph"] < 1e-6 and diff["tp+graph"] < 1e-5, diff
-    for case in ("fsdp+graph", "tp+graph"):
-        assert diff.pop(case + " report").startswith("Graph mode, 2 blocks compiled one by one")
     assert diff.pop("tp_vocab_split") == "(Shard(dim=0),)torch.Size([48, 32])"
 
 

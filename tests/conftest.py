@@ -46,10 +46,16 @@ def SLOW_FIXTURES_USED(item) -> bool:  # noqa: N802 - read as a rule
 
 
 # ------------------------------------------------------------------------------ xdist
+# Tests whose rows share a module fixture that does the work once per group (a model's parity
+# rows: its references and one torchrun launch): node id prefix, then the row's parameter id up to
+# its first "/" names the group. (xdist_group marks cannot do it: pytest 9.2 no longer lets
+# xdist add the group to the node id.)
+GROUPED = ("tests/parallel/test_parity.py::test_layout_equals_one_process[",)
+
+
 def pytest_xdist_make_scheduler(config, log):
     """Each test is a unit of work of its own, except a docs page (its blocks share a sandbox
-    and run in order) and tests marked ``xdist_group`` (they share a module fixture that trains
-    once: the parity matrix of one model)."""
+    and run in order) and the rows of a group (:data:`GROUPED`), which go to one worker."""
     from xdist.scheduler import LoadScopeScheduling
 
     class Scheduling(LoadScopeScheduling):
@@ -57,8 +63,9 @@ def pytest_xdist_make_scheduler(config, log):
             path = nodeid.split("::", 1)[0]
             if path.endswith(".md"):
                 return path
-            if "@" in nodeid:  # xdist_group("name") appends "@name"
-                return nodeid.rsplit("@", 1)[-1]
+            for prefix in GROUPED:
+                if nodeid.startswith(prefix):
+                    return prefix + nodeid[len(prefix):].split("/", 1)[0]
             return nodeid
 
     config.option.loadscopereorder = False  # keep the order of pytest_collection_modifyitems

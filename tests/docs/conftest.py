@@ -57,9 +57,8 @@ def pytest_collect_file(file_path, parent):
     return None
 
 
-# A page's blocks share a namespace and a sandbox, so one xdist worker runs them in order:
-# pyproject.toml's addopts has --dist loadfile (a page is one file). (loadgroup with xdist_group
-# marks did not keep them together with pytest-xdist 3.8.)
+# A page's blocks share a namespace and a sandbox, so one xdist worker runs them in order: the
+# scheduler of tests/conftest.py sends a page as one unit of work (the other tests go one by one).
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -4,8 +4,9 @@ configs, against one process; and the table in docs/parallel.md is the script's 
 
 Each row is a test of its own (``test_layout_equals_one_process[gpt2/tp]``). The rows of one
 model share a module fixture that trains that model's one-process references once, in this
-process, and all its rows in one torchrun launch (benchmarks/parity.py, ``run_matrix``); an
-``xdist_group`` per model keeps them on one worker, while the models spread over the workers.
+process, and all its rows in one torchrun launch (benchmarks/parity.py, ``run_matrix``); the
+scheduler of tests/conftest.py keeps a model's rows on one worker (``GROUPED``), while the models
+spread over the workers.
 
 The 4-process rows run by hand: ``LIBAI_FOUR_PROCESSES=1 python -m pytest
 tests/parallel/test_parity.py`` (or ``python benchmarks/parity.py --layouts fsdp+tp hsdp``).
@@ -40,7 +41,8 @@ def parity():
 
 
 def _suite_rows():
-    return [pytest.param(m, name, id=f"{m}/{name}", marks=pytest.mark.xdist_group(f"parity-{m}"))
+    # the id's part before "/" is the group tests/conftest.py keeps on one worker (GROUPED)
+    return [pytest.param(m, name, id=f"{m}/{name}")
             for m in PARITY.MODELS for name, lay in PARITY.LAYOUTS.items() if m in lay.suite]
 
 

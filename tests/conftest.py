@@ -253,13 +253,3 @@ def libai_log():
     yield messages
     logger.removeHandler(handler)
     logger.setLevel(old_level)
-
-
-@pytest.fixture
-def one_thread():
-    """torch on one thread for the test (the suite's default since tests/conftest.py sets it;
-    kept for tests that say so)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)

@@ -26,8 +26,6 @@ from libai.runner import Runner
 from libai.testing import toy_config
 from libai.utils.errors import CheckpointError
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file below ``folder``: relative path -> content."""

@@ -170,7 +170,7 @@ CASES = {  # config: (the Hugging Face class, batch -> its arguments)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_training_matches_transformers(tmp_path, name, one_thread, shipped_config):
+def test_training_matches_transformers(tmp_path, name, shipped_config):
     hf_cls, to_inputs = CASES[name]
     cfg = shrunk_config(shipped_config, name, tmp_path / "work")
     runner, recorder, rows = train_libai(cfg, tmp_path / "hf")

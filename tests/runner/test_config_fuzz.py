@@ -238,7 +238,6 @@ def run_case(tree: dict, path: str, value: Any, work_dir: Path) -> str | None:
             handler.close()
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 CASES = plan()

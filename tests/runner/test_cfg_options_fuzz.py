@@ -82,7 +82,6 @@ def test_random_options_merge_or_are_refused(options):
     _merge(options)  # anything but a LibaiError fails the test
 
 
-@pytest.mark.slow
 @settings(max_examples=100, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(option=st.builds(lambda k, v: f"{k}={v}", st.sampled_from(KEYS), VALUES))

@@ -120,16 +120,6 @@ def shipped_config():
     return load
 
 
-@pytest.fixture(scope="session")
-def shared_once(tmp_path_factory, worker_id):
-    """``shared_once(key, make)``: the folder that ``make(folder)`` filled once per pytest run,
-    whichever worker asked first (tool_runs.shared_once): train a reference once, read it in
-    every test that compares with it."""
-    base = tmp_path_factory.getbasetemp()
-    base = (base if worker_id == "master" else base.parent) / "shared_once"
-    return lambda key, make: tool_runs.shared_once(base, key, make)
-
-
 _DIGITS = ("digits_mlp",)  # in-process they train in a fraction of a second: fast tier
 
 

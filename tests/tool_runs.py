@@ -18,14 +18,11 @@ Three ways, cheapest first; each returns what :class:`subprocess.CompletedProces
 The fixtures of tests/conftest.py hand these to tests; a test that asks for ``run_process``,
 ``torchrun`` or ``spawn_ranks`` is marked slow by that (tests/conftest.py, SLOW_FIXTURES).
 
-:func:`shared_once` makes a result (a reference training) once per pytest run, whichever xdist
-worker asks first; the others wait for it and read the same folder.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import io
 import os
 import pickle
@@ -366,29 +363,3 @@ def _wait_all(pids: list[int], timeout: float) -> list[int]:
         elif len(statuses) < len(pids):
             time.sleep(0.01)
     return [statuses[p] for p in pids]
-
-
-# ------------------------------------------------------------------------------ made once
-def shared_once(base: Path, key: str, make: Callable[[Path], Any]) -> Path:
-    """The folder ``base/key``, filled by ``make(folder)`` once per pytest run: the first xdist
-    worker to ask makes it under a file lock, the others wait and find it done. A ``make`` that
-    raises leaves no folder behind, so the next caller tries again (and fails the same way)."""
-    folder = base / key
-    base.mkdir(parents=True, exist_ok=True)
-    with open(base / f"{key}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (folder / ".done").exists():
-            if folder.exists():
-                import shutil
-
-                shutil.rmtree(folder)
-            folder.mkdir()
-            try:
-                make(folder)
-            except BaseException:
-                import shutil
-
-                shutil.rmtree(folder, ignore_errors=True)
-                raise
-            (folder / ".done").touch()
-    return folder

@@ -16,6 +16,7 @@ in two splits, and val and test each hold two plays of every genre.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -80,17 +81,20 @@ def read_records(path: str | os.PathLike, fmt: str = "auto") -> list[dict[str, A
         DataError: A missing or empty file, a file that is not UTF-8, a CSV without a header
             or with a short row, a line that is not a JSON object; naming the file and line.
     """
-    p = Path(path)
-    kind = _format_of(p, fmt)
-    if not p.is_file():
-        raise DataError(f"Labeled data file {p} not found.")
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{p} is not UTF-8 text (byte {e.start}): save it as UTF-8.") from e
-    records = _read_jsonl(p, text) if kind == "jsonl" else _read_table(p, text, kind)
+    name = os.fspath(path)  # every error names the file as the config or the command gave it
+    kind = _format_of(Path(name), fmt)
+    if not os.path.isfile(name):
+        raise DataError(f"Labeled data file {name} not found.")
+    # newline="": line breaks reach the parsers as written, so a quoted CSV field keeps its
+    # own (csv's documented way to read a file) and only "\n" ends a JSON line
+    with open(name, encoding="utf-8-sig", newline="") as f:
+        try:
+            text = f.read()
+        except UnicodeDecodeError as e:
+            raise DataError(f"{name} is not UTF-8 text (byte {e.start}): save it as UTF-8.") from e
+    records = _read_jsonl(name, text) if kind == "jsonl" else _read_table(name, text, kind)
     if not records:
-        raise DataError(f"{p} holds no records: it is empty" + ("" if kind == "jsonl" else
+        raise DataError(f"{name} holds no records: it is empty" + ("" if kind == "jsonl" else
                         " or has only its header row") + ".")
     return records
 
@@ -108,36 +112,48 @@ def _format_of(path: Path, fmt: str) -> str:
     return kind
 
 
-def _read_table(path: Path, text: str, kind: str) -> list[dict[str, Any]]:
-    rows = csv.reader(text.splitlines(), delimiter="," if kind == "csv" else "\t")
-    header = next(rows, None)
-    if not header:
-        return []
-    records = []
-    for line, row in enumerate(rows, start=2):
-        if not row:
-            continue
-        if len(row) != len(header):
-            raise DataError(f"{path.name} line {line} has {len(row)} fields but the header has "
-                            f"{len(header)} ({', '.join(header)}): quote fields that hold the "
-                            f"delimiter.")
-        records.append({**dict(zip(header, row)), "_where": f"{path.name} line {line}"})
+def _read_table(name: str, text: str, kind: str) -> list[dict[str, Any]]:
+    """The rows of a CSV or TSV as records; ``_where`` is the file line a record starts on (a
+    quoted field may hold line breaks, so records and lines differ)."""
+    rows = csv.reader(io.StringIO(text, newline=""), delimiter="," if kind == "csv" else "\t")
+    try:
+        header = next(rows, None)
+        if not header:
+            return []
+        records, end = [], rows.line_num  # line_num: lines read so far, i.e. where a row ends
+        for row in rows:
+            line, end = end + 1, rows.line_num
+            if not row:
+                continue
+            if len(row) != len(header):
+                # a record over several lines with too few fields: a quote opened and not closed
+                # swallowed the lines after it
+                fix = (f"a quote opened there runs on to line {end}: close it" if end > line else
+                       "quote fields that hold the delimiter")
+                raise DataError(f"{name} line {line} has {len(row)} fields but the header has "
+                                f"{len(header)} ({', '.join(header)}): {fix} (a quote inside a "
+                                f"quoted field is written twice: \"\").")
+            records.append({**dict(zip(header, row)), "_where": f"{name} line {line}"})
+    except csv.Error as e:  # e.g. a NUL byte, or a field over csv's size limit
+        raise DataError(f"{name} line {rows.line_num} cannot be read as {kind.upper()}: {e}.") from None
     return records
 
 
-def _read_jsonl(path: Path, text: str) -> list[dict[str, Any]]:
+def _read_jsonl(name: str, text: str) -> list[dict[str, Any]]:
     records = []
-    for line, raw in enumerate(text.splitlines(), start=1):
+    # "\n" alone ends a JSON line: str.splitlines() would also split at U+2028, U+0085 and
+    # the like, which JSON allows inside strings
+    for line, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
         try:
             record = json.loads(raw)
         except ValueError as e:
-            raise DataError(f"{path.name} line {line} is not valid JSON: {e}") from e
+            raise DataError(f"{name} line {line} is not valid JSON: {e}") from e
         if not isinstance(record, dict):
-            raise DataError(f"{path.name} line {line} is a JSON {type(record).__name__}, not an "
+            raise DataError(f"{name} line {line} is a JSON {type(record).__name__}, not an "
                             f"object with named fields.")
-        records.append({**record, "_where": f"{path.name} line {line}"})
+        records.append({**record, "_where": f"{name} line {line}"})
     return records
 
 

@@ -107,12 +107,15 @@ def model_summary(cfg: Config, depth: int = 1, flops: bool = True,
 
     from libai.model.summary import summarize_model
     from libai.runner import build, env, imports
+    from libai.runner.data_check import check_data_files, model_with_classes
 
     build.validate_top_level(cfg)
     imports.import_custom_modules(cfg.get("custom_imports"), cfg.filename)
     seed = env.seed_everything(dict(cfg.get("randomness") or {}))
     device = env.select_device(device or cfg.get("device"))
-    model = build.build_model(cfg.model).to(device)
+    # num_classes=None: the count of the data's labels, as training takes it
+    model_cfg = model_with_classes(cfg.model, check_data_files(cfg))
+    model = build.build_model(model_cfg).to(device)
 
     counted: dict[str, Any] | None = None
     if flops:

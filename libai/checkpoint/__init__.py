@@ -18,6 +18,7 @@ from .model_state import (
 from .report import LoadReport, group_keys
 from .rng import get_rng_state, set_rng_state
 from .state import check_state, copy_state_to_host
+from .weights import checkpoint_weights
 from .workdir import (
     DAMAGED_SUFFIX,
     LATEST_NAME,
@@ -39,6 +40,7 @@ __all__ = [
     "LoadReport",
     "RemapRules",
     "check_state",
+    "checkpoint_weights",
     "copy_state_to_host",
     "damaged_checkpoints",
     "find_resumable",

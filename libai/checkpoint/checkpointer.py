@@ -151,7 +151,8 @@ class Checkpointer:
             if sharded:
                 grads = state["optimizer"].pop("accumulated_grads", None) is not None
                 state["optimizer"].update(optimizer=None, grads_in_shards=grads,
-                                          param_groups=group_settings(optimizer.optimizer))
+                                          param_groups=group_settings(optimizer.optimizer,
+                                                                     self.unwrapped_model))
             state["param_schedulers"] = self.parts["param_schedulers"].state_dict()
         for name, part in self.parts.items():  # parts of the user's own
             if name not in _BUILT_IN:
@@ -193,14 +194,17 @@ class Checkpointer:
         path = os.path.join(self.work_dir, filename)
         if dist.is_main_process():  # a fresh run never saves over an earlier run's checkpoint
             keep_other_runs_checkpoint(path, self._run_folder())
-        rng = dist.all_gather_object(get_rng_state())
+        # the RNG states and, when sharded, the optimizer's group settings of every rank
+        rng, groups = zip(*dist.all_gather_object((get_rng_state(), self._group_settings())))
         shards = self._save_shards(path, asynchronous)
         self._pending_shards = shards if asynchronous else None
         grads_by_rank = None if shards else self._gather_accumulated_grads()
         error = None
         if dist.is_main_process():
             try:
-                state = self.state(meta, rng=rng)
+                state = self.state(meta, rng=list(rng))
+                if groups[0] is not None:  # each pipeline stage has groups of its own
+                    state["optimizer"]["param_groups"] = [g for rank in groups for g in rank]
                 if shards and not asynchronous:
                     state["sharded"] = shards.result()
                 if grads_by_rank is not None:
@@ -259,6 +263,15 @@ class Checkpointer:
         return save_sharded(path, self.unwrapped_model,
                             optimizer.optimizer if optimizer is not None else None,
                             with_grads=window, asynchronous=asynchronous)
+
+    def _group_settings(self) -> list | None:
+        """This rank's optimizer group settings with their parameters' names, for a sharded
+        checkpoint of training (:func:`~libai.checkpoint.sharded.group_settings`)."""
+        from .sharded import group_settings
+
+        if "loop" not in self.parts or not self._sharded:
+            return None
+        return group_settings(self.parts["optimizer"].optimizer, self.unwrapped_model)
 
     def _gather_accumulated_grads(self) -> list | None:
         """Under DDP, mid-window gradients differ by rank (no_sync): gather them, by rank."""
@@ -353,7 +366,8 @@ class Checkpointer:
             optim_state["accumulated_grads"] = by_rank[self.rank]  # each rank its own window
         optimizer.load_state_dict(optim_state)
         if "sharded" in ckpt:
-            restore_group_settings(optimizer.optimizer, optim_state["param_groups"])
+            restore_group_settings(optimizer.optimizer, optim_state["param_groups"],
+                                   self.unwrapped_model)
         self.parts["param_schedulers"].load_state_dict(ckpt.get("param_schedulers", []))
         loop = self.parts["loop"]
         loop.load_state_dict(ckpt["loop"])

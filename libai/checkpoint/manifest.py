@@ -112,8 +112,9 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any] | None:
         The manifest fields, or None when the checkpoint has no manifest.
 
     Raises:
-        CheckpointError: The manifest is not valid JSON, lacks fields, does not describe this file,
+        CheckpointError: The manifest is not valid JSON, lacks fields, is of another format,
             is not marked complete, or its own checksum does not match (it was edited or damaged).
+            Its ``file`` may name the checkpoint before a rename (see :func:`verify_checkpoint`).
     """
     mpath = manifest_path(path)
     try:
@@ -136,11 +137,12 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any] | None:
         raise CheckpointError(
             f"{bad}: its manifest_sha256 does not match its content. {_REWRITE_HINT}"
         )
-    if fields["format"] != _FORMAT or fields["file"] != Path(path).name:
+    if fields["format"] != _FORMAT:
         raise CheckpointError(
-            f"{bad}: it describes format={fields['format']!r}, file={fields['file']!r}, expected "
-            f"format={_FORMAT!r}, file={Path(path).name!r}."
+            f"{bad}: it describes format={fields['format']!r}, expected format={_FORMAT!r}."
         )
+    # fields["file"] may differ from the name: a checkpoint renamed with its manifest stays
+    # intact, and verify_checkpoint then compares the sha256 (the content binds, not the name)
     if fields["complete"] is not True:
         raise CheckpointError(f"Manifest '{mpath}' does not mark the checkpoint complete.")
     return fields
@@ -157,6 +159,9 @@ def verify_checkpoint(path: str | os.PathLike, check_sha256: bool = True) -> dic
     Returns:
         The manifest fields.
 
+    A checkpoint renamed with its manifest (``iter_4.pth`` -> ``best.pth``,
+    ``best.pth.manifest.json``) is verified by its sha256 even when ``check_sha256`` is False.
+
     Raises:
         CheckpointError: The file or its manifest is missing, or they disagree.
     """
@@ -169,6 +174,8 @@ def verify_checkpoint(path: str | os.PathLike, check_sha256: bool = True) -> dic
             f"Checkpoint '{path}' has no manifest ('{manifest_path(path).name}'), so it may be "
             "unfinished (the manifest is written last)."
         )
+    renamed = fields["file"] != path.name
+    check_sha256 = check_sha256 or renamed  # a renamed file proves itself by its content
     try:
         size = path.stat().st_size
         digest = file_sha256(path) if check_sha256 and size == fields["size"] else None
@@ -180,6 +187,13 @@ def verify_checkpoint(path: str | os.PathLike, check_sha256: bool = True) -> dic
     elif digest is not None:
         if digest != fields["sha256"]:
             problems.append(f"sha256 is {digest[:16]}..., manifest says {fields['sha256'][:16]}...")
+    if problems and renamed:
+        raise CheckpointError(
+            f"Checkpoint '{path}' does not match its manifest, which was written for "
+            f"'{fields['file']}' (the name differs): {'; '.join(problems)}. The manifest belongs "
+            f"to another file, or the file was modified after it was written; use another "
+            f"checkpoint."
+        )
     if problems:
         raise CheckpointError(
             f"Checkpoint '{path}' does not match its manifest: {'; '.join(problems)}. The file "

@@ -219,6 +219,14 @@ def load_model_state(
         raise CheckpointError(
             f"load_model_state expects a state dict (a mapping), got {type(state_dict).__name__}."
         )
+    if not state_dict and next(iter(_unwrap_model(model).state_dict()), None) is not None:
+        # e.g. load_checkpoint(path)["state_dict"] of a sharded checkpoint: strict=False would
+        # only hide that no weight is there
+        raise CheckpointError(
+            "The checkpoint's state dict is empty: it holds no model weights. A sharded "
+            "checkpoint (iter_N.pth + iter_N.dcp/) keeps them in its .dcp folder: read it with "
+            "libai.checkpoint.checkpoint_weights(path), or make one file of it with "
+            "`convert_checkpoint.py sharded2file CHECKPOINT OUT.pth`.")
     ckpt_state, stripped = _strip_with_info(state_dict)
     renamed = 0
     if remap:

@@ -36,7 +36,7 @@ from ._fs import fsync_dir
 
 __all__ = ["SHARDED_SUFFIX", "PendingShards", "is_sharded_model", "sharded_folder",
            "save_sharded", "check_sharded", "load_sharded", "load_full_into_sharded", "save_weights_sharded",
-           "group_settings", "restore_group_settings"]
+           "group_settings", "restore_group_settings", "read_sharded_weights"]
 
 SHARDED_SUFFIX = ".dcp"
 
@@ -200,6 +200,12 @@ def load_sharded(path: str | os.PathLike, listing: dict, model: nn.Module,
 
     folder = check_sharded(path, listing)
     state = _states(model, optimizer, listing.get("grads", False))
+    # The groups as this process holds them. DCP keeps one copy of each non-tensor value, so
+    # the groups it loads are one rank's: under a pipeline another stage's parameter names
+    # (a stateless SGD then fails on the group sizes). The settings come from the .pth file
+    # (restore_group_settings), the per-parameter state by name from the shards.
+    own_groups = [] if optimizer is None else [
+        {**g, "params": list(g["params"])} for g in state["optimizer"]["param_groups"]]
     try:
         with _single_process_is_meant():
             dcp.load(state, checkpoint_id=str(folder), no_dist=not _distributed())
@@ -207,6 +213,7 @@ def load_sharded(path: str | os.PathLike, listing: dict, model: nn.Module,
         raise CheckpointError(f"Cannot load the shards in '{folder}': {e}") from e
     set_model_state_dict(model, state["model"])
     if optimizer is not None:
+        state["optimizer"]["param_groups"] = own_groups
         set_optimizer_state_dict(model, optimizer, state["optimizer"])
     if "grads" in state:
         params = dict(model.named_parameters())
@@ -234,6 +241,21 @@ def load_full_into_sharded(model: nn.Module, weights: dict, strict: bool = True)
             if missing or unexpected else "")
 
 
+def read_sharded_weights(path: str | os.PathLike, listing: dict) -> dict[str, torch.Tensor]:
+    """The model weights of sharded checkpoint ``path`` as whole tensors, read in this one
+    process from every rank's shards (``listing``: the checkpoint's ``"sharded"`` entry), for a
+    reader without the training's layout (``convert_checkpoint.py sharded2file``, generate)."""
+    import tempfile
+
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    folder = check_sharded(path, listing)
+    with tempfile.TemporaryDirectory() as tmp:  # DCP's own one-process reader: whole tensors
+        with _single_process_is_meant():
+            dcp_to_torch_save(str(folder), os.path.join(tmp, "full.pt"))
+        return torch.load(os.path.join(tmp, "full.pt"), weights_only=True)["model"]
+
+
 def save_weights_sharded(weights: dict, path: str | os.PathLike) -> dict:
     """Write whole ``weights`` as a sharded checkpoint's folder next to ``path`` in this one
     process (tools/convert_checkpoint.py); returns the listing for ``path``'s state."""
@@ -251,18 +273,38 @@ def save_weights_sharded(weights: dict, path: str | os.PathLike) -> dict:
     return {"folder": folder.name, "files": listing, "world_size": 1, "grads": False}
 
 
-def group_settings(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
-    """Each parameter group's settings (lr, initial_lr, betas, ...) without its parameters, as
-    plain numbers. The sharded optimizer state does not keep all of them (``initial_lr``, which
-    the schedulers start from, goes missing), so the checkpoint file carries them."""
-    return [{k: float(v) if isinstance(v, torch.Tensor) else v for k, v in g.items()
-             if k != "params"} for g in optimizer.param_groups]
+def group_settings(optimizer: torch.optim.Optimizer,
+                   model: nn.Module | None = None) -> list[dict[str, Any]]:
+    """Each parameter group's settings (lr, initial_lr, betas, ...) as plain numbers, with the
+    names of its parameters in ``model`` under ``"names"`` (when given) instead of the
+    parameters. The sharded optimizer state does not keep all of them (``initial_lr``, which
+    the schedulers start from, goes missing), so the checkpoint file carries them: the groups
+    of every rank, since pipeline stages have groups of their own."""
+    names = {} if model is None else {id(p): n for n, p in model.named_parameters()}
+    groups = []
+    for g in optimizer.param_groups:
+        settings = {k: float(v) if isinstance(v, torch.Tensor) else v for k, v in g.items()
+                    if k != "params"}
+        if model is not None:
+            settings["names"] = [names[id(p)] for p in g["params"] if id(p) in names]
+        groups.append(settings)
+    return groups
 
 
-def restore_group_settings(optimizer: torch.optim.Optimizer, saved: list[dict]) -> None:
-    """Put :func:`group_settings` back, after :func:`load_sharded`."""
-    for group, settings in zip(optimizer.param_groups, saved):
-        for key, value in settings.items():
+def restore_group_settings(optimizer: torch.optim.Optimizer, saved: list[dict],
+                           model: nn.Module | None = None) -> None:
+    """Put :func:`group_settings` back, after :func:`load_sharded`: each group takes the
+    settings of the saved group (of any rank) that holds its parameters, by name, so that a
+    stage's groups find theirs under any layout; saved groups without names go by position."""
+    names = {} if model is None else {id(p): n for n, p in model.named_parameters()}
+    for i, group in enumerate(optimizer.param_groups):
+        own = {names[id(p)] for p in group["params"] if id(p) in names}
+        settings = next((s for s in saved if own & set(s.get("names", ()))), None)
+        if settings is None and i < len(saved) and "names" not in saved[i]:
+            settings = saved[i]  # a checkpoint written before the names were kept
+        for key, value in (settings or {}).items():
+            if key == "names":
+                continue
             if isinstance(group.get(key), torch.Tensor):
                 group[key].fill_(value)  # a tensor lr (graph mode) stays the same tensor
             else:

@@ -8,9 +8,20 @@ from torch import nn
 
 from .io import load_checkpoint
 from .model_state import RemapRules, load_model_state
-from .sharded import is_sharded_model, load_full_into_sharded, load_sharded
+from .sharded import is_sharded_model, load_full_into_sharded, load_sharded, read_sharded_weights
 
-__all__ = ["load_weights"]
+__all__ = ["checkpoint_weights", "load_weights"]
+
+
+def checkpoint_weights(path: str, ckpt: dict | None = None) -> dict:
+    """The model weights of libai checkpoint ``path`` as whole tensors, whether it holds them
+    itself or is sharded (``iter_N.pth`` + ``iter_N.dcp/``: the shards of every rank are read in
+    this process), for a one-process reader such as generate, predict or libai2hf. ``ckpt`` is
+    the file's content when the caller has read it already."""
+    ckpt = load_checkpoint(path) if ckpt is None else ckpt
+    if isinstance(ckpt, dict) and "sharded" in ckpt:
+        return read_sharded_weights(path, ckpt["sharded"])
+    return ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else ckpt
 
 
 def load_weights(model: nn.Module, path: str, strict: bool = True,
@@ -27,10 +38,11 @@ def load_weights(model: nn.Module, path: str, strict: bool = True,
         weights = hf_state_dict_for(model, path)
     else:
         ckpt = load_checkpoint(path)
-        weights = ckpt.get("state_dict", ckpt)
-        if "sharded" in ckpt:
-            load_sharded(path, ckpt["sharded"], model, None)
+        if "sharded" in ckpt and is_sharded_model(model) and strict and remap is None:
+            load_sharded(path, ckpt["sharded"], model, None)  # every rank reads its part
             weights = None
+        else:  # whole tensors, through the load report (missing keys, strict, remap)
+            weights = checkpoint_weights(path, ckpt)
         it = ckpt.get("meta", {}).get("iter") if isinstance(ckpt.get("meta"), dict) else None
         if isinstance(it, int) and not isinstance(it, bool) and it >= 0:
             iteration = it

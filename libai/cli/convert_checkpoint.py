@@ -1,7 +1,7 @@
 """Convert checkpoints: Hugging Face folders <-> libai, sharded (FSDP / tensor parallel) <-> one file.
 
     libai convert hf2libai HF_DIR OUT.pth [--debug]
-    libai convert libai2hf CONFIG CHECKPOINT OUT_DIR [--tokenizer PATH]
+    libai convert libai2hf CONFIG CHECKPOINT OUT_DIR [--tokenizer PATH | --no-tokenizer]
         [--cfg-options key=value ...] [--debug]
     libai convert sharded2file CHECKPOINT OUT.pth
     libai convert file2sharded CHECKPOINT OUT.pth
@@ -12,23 +12,24 @@
 ``libai2hf`` builds the model of CONFIG, loads CHECKPOINT's weights (strict) and writes a folder
 that ``transformers``' ``from_pretrained`` loads: a classifier's ``id2label`` from the class names
 the checkpoint holds (``meta["dataset_meta"]["classes"]``, LABEL_i without them), and the
-tokenizer of the config's dataset (or ``--tokenizer``) for ``AutoTokenizer``.
+tokenizer of the config's dataset (or ``--tokenizer``) for ``AutoTokenizer``; where the config's
+does not fit the model (another size or kind), the weights alone, with a line saying why.
 ``sharded2file`` gathers the weights of a sharded checkpoint (``iter_N.pth`` + ``iter_N.dcp/``) into
 one file, with its loop position and config, for ``tools/test.py``, ``load_from`` or any
 one-process reader; ``file2sharded`` does the opposite for the weights. (A sharded checkpoint
-resumes at any number of processes without conversion: ``--resume`` reshards it.)
+needs no conversion for libai itself: ``--resume`` reshards it to any number of processes, and
+generate, predict, test, ``libai2hf`` and ``load_from`` read it as it is.)
 
 The same as ``python tools/convert_checkpoint.py`` in a checkout.
 """
 
 import argparse
 import os
-import tempfile
 
 import torch
-from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from libai.checkpoint import (
+    checkpoint_weights,
     load_checkpoint,
     load_model_state,
     model_state_for_saving,
@@ -41,7 +42,9 @@ from libai.cli.generate import config_tokenizer
 from libai.config import Config, add_cfg_options_argument
 from libai.data.text import TextTokenizer
 from libai.model import from_hf_pretrained, save_hf_pretrained
+from libai.model.zoo.hf_mapping import check_hf_export
 from libai.registry import MODELS
+from libai.runner.data_check import model_with_classes
 from libai.runner.imports import import_custom_modules
 from libai.utils.errors import CheckpointError, ConfigError, DataError
 
@@ -56,8 +59,11 @@ def parse_args(argv=None, prog=None):
     libai2hf.add_argument("config", help="the libai config the checkpoint was trained with")
     libai2hf.add_argument("checkpoint", help="libai checkpoint (its 'state_dict' is used)")
     libai2hf.add_argument("out_dir", help="folder to write config.json and model.safetensors to")
-    libai2hf.add_argument("--tokenizer", help="tokenizer.json / vocab.txt / folder to write with "
-                                              "the model (default: the config's dataset's)")
+    tokenizer = libai2hf.add_mutually_exclusive_group()
+    tokenizer.add_argument("--tokenizer", help="tokenizer.json / vocab.txt / folder to write with "
+                                               "the model (default: the config's dataset's)")
+    tokenizer.add_argument("--no-tokenizer", action="store_true",
+                           help="write the model alone, without tokenizer files")
     add_cfg_options_argument(libai2hf)
     to_file = sub.add_parser("sharded2file", help="sharded checkpoint -> one file (weights)")
     to_sharded = sub.add_parser("file2sharded", help="one-file checkpoint -> sharded (weights)")
@@ -82,14 +88,30 @@ def libai_to_hf(args):
     cfg = Config.fromfile(resolve_config(args.config))
     import_custom_modules(cfg.get("custom_imports"), cfg.filename)  # the Runner does it too
     cfg.merge_from_options(args.cfg_options or {})
-    with torch.device("meta"):  # no init: every tensor comes from the checkpoint
-        model = MODELS.build(cfg.model.to_dict(), path="model")
-    model.to_empty(device="cpu")
     ckpt = load_checkpoint(args.checkpoint)
-    load_model_state(model, ckpt.get("state_dict", ckpt), strict=True)
+    # num_classes=None: the checkpoint's labels (libai.runner.data_check)
+    meta = ((ckpt.get("meta") or {}).get("dataset_meta") or {}) if isinstance(ckpt, dict) else {}
+    model_cfg = model_with_classes(cfg.model.to_dict(), meta.get("classes") and {
+        "classes": meta["classes"], "task": "classification",
+        "section": f"the checkpoint {args.checkpoint}"})
+    with torch.device("meta"):  # no init: every tensor comes from the checkpoint
+        model = MODELS.build(model_cfg, path="model")
+    check_hf_export(model)  # one line naming the families that export, before any work
+    model.to_empty(device="cpu")
+    load_model_state(model, checkpoint_weights(args.checkpoint, ckpt), strict=True)
     tokenizer, tokenizer_note = _export_tokenizer(args, cfg)
     names, names_note = _label_names(ckpt, model, args.checkpoint)
-    written = save_hf_pretrained(model, args.out_dir, label_names=names, tokenizer=tokenizer)
+    try:
+        written = save_hf_pretrained(model, args.out_dir, label_names=names, tokenizer=tokenizer)
+    except ConfigError as e:  # nothing written yet
+        if tokenizer is None or args.tokenizer:  # not about the tokenizer, or the one asked for
+            raise
+        # the config's dataset's tokenizer is not this model's (a model imported from Hugging
+        # Face without its tokenizer files, fine-tuned under a shipped config): the weights alone
+        written = save_hf_pretrained(model, args.out_dir, label_names=names)
+        reason = str(e).split("; pass the tokenizer")[0]
+        tokenizer_note = (f"no tokenizer written: the config's dataset's does not fit the model "
+                          f"({reason}); to add one, run again with --tokenizer PATH")
     print(f"wrote {args.out_dir}: {', '.join(written)} ({type(model).__name__})")
     for note in (names_note, tokenizer_note):
         if note:
@@ -98,6 +120,8 @@ def libai_to_hf(args):
 
 def _export_tokenizer(args, cfg):
     """The tokenizer to write (--tokenizer, else the config's dataset's), and a line saying so."""
+    if args.no_tokenizer:
+        return None, "no tokenizer written (--no-tokenizer)"
     if args.tokenizer:
         return TextTokenizer.load(args.tokenizer), f"tokenizer: {args.tokenizer}"
     try:
@@ -137,11 +161,9 @@ def sharded_to_file(args):
         raise CheckpointError(f"'{args.checkpoint}' is not a sharded checkpoint (it holds its "
                               f"weights itself); use it as it is.")
     folder = check_sharded(args.checkpoint, ckpt["sharded"])
-    with tempfile.TemporaryDirectory() as tmp:  # DCP's own reader: every shard, whole tensors
-        dcp_to_torch_save(str(folder), os.path.join(tmp, "full.pt"))
-        full = torch.load(os.path.join(tmp, "full.pt"), weights_only=True)
-    save_checkpoint({**_keep(ckpt), "state_dict": full["model"]}, args.out)
-    print(f"wrote {args.out}: {len(full['model'])} tensors from {ckpt['sharded']['world_size']} "
+    weights = checkpoint_weights(args.checkpoint, ckpt)  # every rank's shards, whole tensors
+    save_checkpoint({**_keep(ckpt), "state_dict": weights}, args.out)
+    print(f"wrote {args.out}: {len(weights)} tensors from {ckpt['sharded']['world_size']} "
           f"process(es)' shards in {folder}")
 
 

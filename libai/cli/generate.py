@@ -26,7 +26,7 @@ import os
 
 import torch
 
-from libai.checkpoint import load_checkpoint, load_model_state
+from libai.checkpoint import checkpoint_weights, load_model_state
 from libai.cli.configs import resolve_config
 from libai.config import Config, add_cfg_options_argument
 from libai.data.text import TextCorpus, TextTokenizer, encode_prompt, load_corpus, resolve_tokenizer
@@ -181,7 +181,7 @@ def main(argv=None, prog=None):
     if not hasattr(model, "generate"):
         raise ConfigError(f"{type(model).__name__} cannot generate text: use a causal LM "
                           f"config (e.g. configs/gpt2_tiny.py, configs/llama_tiny.py).")
-    load_model_state(model, load_checkpoint(args.checkpoint).get("state_dict"))
+    load_model_state(model, checkpoint_weights(args.checkpoint))  # a sharded one too
     tokenizer = TextTokenizer.load(args.tokenizer) if args.tokenizer else config_tokenizer(cfg)
     if tokenizer.vocab_size != model.vocab_size:
         raise ConfigError(f"The tokenizer has {tokenizer.vocab_size} tokens but the model "

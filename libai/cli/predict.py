@@ -21,13 +21,14 @@ from typing import Any
 
 import torch
 
-from libai.checkpoint import load_checkpoint, load_model_state
+from libai.checkpoint import checkpoint_weights, load_checkpoint, load_model_state
 from libai.cli.configs import load_config
 from libai.config import add_cfg_options_argument
 from libai.data.text import resolve_tokenizer
 from libai.data.text.labeled import frame_ids, pad_collate
 from libai.data.text.records import read_records
 from libai.registry import MODELS
+from libai.runner.data_check import model_with_classes
 from libai.utils.errors import ConfigError
 from libai.utils.paths import check_output_path
 
@@ -117,8 +118,11 @@ def main(argv=None, prog=None):
         if not classes:
             raise ConfigError(f"{args.checkpoint} holds no label names (meta.dataset_meta) and "
                               f"the config lists none: set the dataset's classes=[...].")
-    model = MODELS.build(cfg.model.to_dict(), path="model")
-    load_model_state(model, ckpt.get("state_dict", ckpt))
+    # num_classes=None: the checkpoint's labels (libai.runner.data_check)
+    model_cfg = model_with_classes(cfg.model.to_dict(), {
+        "classes": classes, "task": task, "section": f"the checkpoint {args.checkpoint}"})
+    model = MODELS.build(model_cfg, path="model")
+    load_model_state(model, checkpoint_weights(args.checkpoint, ckpt))  # a sharded one too
     model.eval()
     tokenizer = resolve_tokenizer(dataset["tokenizer"])
     rows = []

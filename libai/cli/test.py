@@ -3,24 +3,31 @@
     libai test CONFIG CHECKPOINT [--dump preds.pt] [--work-dir DIR]
         [--cfg-options key=value ...] [--debug]
 
+The run's folder (its log, config.py and test scalars) goes beside the checkpoint, into the work
+dir that holds it, unless --work-dir (or --cfg-options work_dir=...) names another.
+
 The same as ``python tools/test.py`` in a checkout.
 """
 
 import argparse
+import os
 
 from libai.cli.configs import load_config
 from libai.config import add_cfg_options_argument
+from libai.hooks import LoggerHook
 from libai.runner import Runner
 from libai.runner.preflight import check_input_path
 from libai.utils.dist import destroy_dist
 from libai.utils.paths import check_output_path
+from libai.utils.run_layout import RUN_FOLDER
 
 
 def parse_args(argv=None, prog=None):
     parser = argparse.ArgumentParser(prog=prog, description="Evaluate a checkpoint with a libai config.")
     parser.add_argument("config", help="config file (.py, .yaml or .json)")
     parser.add_argument("checkpoint", help="checkpoint file to load weights from")
-    parser.add_argument("--work-dir", help="folder for the logs (overrides work_dir)")
+    parser.add_argument("--work-dir", help="folder for the logs (default: the checkpoint's "
+                                           "folder, where it is writable)")
     parser.add_argument("--dump", metavar="FILE",
                         help="also save the model outputs for every test sample (.pt or .jsonl)")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks")
@@ -31,9 +38,11 @@ def parse_args(argv=None, prog=None):
 def main(argv=None, prog=None):
     args = parse_args(argv, prog)
     cfg = load_config(args.config, args.cfg_options)
+    check_input_path("checkpoint", args.checkpoint)  # named as the user gave it
     if args.work_dir:
         cfg.work_dir = args.work_dir
-    check_input_path("checkpoint", args.checkpoint)  # named as the user gave it
+    elif not {"work_dir", "+work_dir"} & set(args.cfg_options or {}):
+        cfg.work_dir = beside(args.checkpoint, cfg.get("work_dir"))
     cfg.load_from = args.checkpoint
     cfg.resume = False
     if args.dump:
@@ -46,7 +55,19 @@ def main(argv=None, prog=None):
         metrics = runner.test()
     finally:
         runner.close()  # the work dir is free for the next run
-    runner.logger.info("Test metrics: " + "  ".join(f"{k}: {v:.4f}" for k, v in metrics.items()))
+    # the LoggerHook has logged them ("Test (iteration N)  test/...: ..."): once is enough
+    if not any(isinstance(h, LoggerHook) for h in runner.hooks):
+        runner.logger.info("Test metrics: "
+                           + "  ".join(f"{k}: {v:.4f}" for k, v in metrics.items()))
+
+
+def beside(checkpoint: str, default: str | None) -> str | None:
+    """The work dir of a test of ``checkpoint``: the folder holding it (the work dir above it
+    when that folder is a run folder), or ``default`` where that folder is not writable."""
+    folder = os.path.dirname(os.path.abspath(checkpoint.rstrip("/\\") or checkpoint))
+    if RUN_FOLDER.match(os.path.basename(folder)):  # a checkpoint kept in its run's folder
+        folder = os.path.dirname(folder)
+    return folder if os.access(folder, os.W_OK) else default
 
 
 

@@ -16,6 +16,7 @@ The same as ``python tools/train.py`` in a checkout.
 
 import argparse
 from collections.abc import Mapping
+from contextlib import contextmanager
 
 import torch
 
@@ -24,6 +25,7 @@ from libai.config import add_cfg_options_argument
 from libai.runner import Runner
 from libai.utils.dist import destroy_dist
 from libai.utils.errors import ConfigError
+from libai.utils.signals import InterruptedBeforeTraining
 
 
 def parse_args(argv=None, prog=None):
@@ -78,16 +80,31 @@ def main(argv=None, prog=None):
         cfg.resume_options = options
     if args.load_from:
         cfg.load_from = args.load_from
-    runner = Runner.from_cfg(cfg, fast_dev_run=args.fast_dev_run)
+    with _before_training():
+        runner = Runner.from_cfg(cfg, fast_dev_run=args.fast_dev_run)
     try:
         # the test set is built before training: a mistake in it must not cost the whole run
-        test_loop = None if args.fast_dev_run else runner.test_loop
+        # (a dry run too: it is there to find such mistakes, and it tests 2 batches)
+        with _before_training():
+            test_loop = runner.test_loop
         runner.train()
         if test_loop is not None:
             runner.test()
     finally:
         runner.close()  # the work dir is free for the next run
 
+
+
+@contextmanager
+def _before_training():
+    """Ctrl-C while the run is built (before train() installs its handler): nothing was trained,
+    so the line says so, not the usual "checkpoints written so far are complete"."""
+    try:
+        yield
+    except InterruptedBeforeTraining:
+        raise
+    except KeyboardInterrupt:
+        raise InterruptedBeforeTraining() from None
 
 
 teardown = destroy_dist  # run by run_cli once main has returned: the runner is released

@@ -86,11 +86,13 @@ def lookup_key(
     out_desc, out_keys = _describe_keys(outputs)
     batch_desc, batch_keys = _describe_keys(batch)
     hint = did_you_mean(key, dict.fromkeys(out_keys + batch_keys))
-    raise ConfigError(
+    error = ConfigError(
         f"{owner}: {arg}='{key}' is neither in the model outputs ({out_desc}) nor in the batch "
         f"({batch_desc}).{hint} Set {arg} in the metric config to the key that holds it, or make "
         f"the model return '{key}' in eval mode."
     )
+    error.missing_key = key  # the evaluation loop asks the model why (``why_no_output``)
+    raise error
 
 
 def _interleave(per_rank: Sequence[Sequence[Any]]) -> list[Any]:

@@ -25,7 +25,7 @@ from libai.visualization.backends import (
 )
 from libai.visualization.figures import format_part, format_value
 from libai.visualization.plots import draw_in_background, plot_scalars, saved_message
-from libai.visualization.progress import ProgressBar
+from libai.visualization.progress import Heartbeat, ProgressBar
 
 from ._interval_sums import RunningSum
 from .hook import Hook, RunnerView
@@ -73,8 +73,13 @@ class LoggerHook(Hook):
             Drawn next to the scalars (in the series' run folder). A ``--fast-dev-run``
             writes no scalars and draws nothing.
             True: in a background process (``plot_process``) that appends "Saved ..." to the
-            run's log when done, a second or so after the run ends; the run does not wait for
-            it. "wait": in this process, before the run ends. False: no plots. Defaults to True.
+            run's log when done, while the run's test and teardown go on; the run's process
+            waits for it before it exits (``plots.EXIT_WAIT_S``, 60 s at most, then stops it with
+            a line saying so), so nothing in the work dir changes after exit. "wait": in this
+            process, before the run ends. False: no plots. Defaults to True.
+        heartbeat: Where no bar is drawn (output not a terminal, or ``progress_bar=False``),
+            rank 0 logs a short line (iteration, rate, ETA) after an iteration or evaluation
+            batch that ends this many seconds after the last line. None: off. Defaults to 30.
     """
 
     priority = "BELOW_NORMAL"
@@ -87,6 +92,7 @@ class LoggerHook(Hook):
         backends: list[dict | BaseLogBackend] | None = None,
         progress_bar: bool = True,
         plot: bool | str = True,
+        heartbeat: float | None = 30.0,
     ) -> None:
         for name, value in (("interval", interval), ("window_size", window_size)):
             if value is not None and (
@@ -101,6 +107,12 @@ class LoggerHook(Hook):
             raise ConfigError(f"LoggerHook: plot must be True (background), 'wait' or False, "
                               f"got {plot!r}.")
         self.plot = plot
+        if heartbeat is not None and (isinstance(heartbeat, bool)
+                                      or not isinstance(heartbeat, int | float) or heartbeat <= 0):
+            raise ConfigError(f"LoggerHook: heartbeat must be a number of seconds > 0 or None "
+                              f"(off), got {heartbeat!r}.")
+        self.heartbeat = heartbeat
+        self._beat = Heartbeat(None)
         self.plot_process: subprocess.Popen | None = None
         cfgs = default_backends() if backends is None else list(backends)
         self.backends: list[BaseLogBackend] = [
@@ -132,6 +144,8 @@ class LoggerHook(Hook):
     def before_run(self, runner: RunnerView) -> None:
         self._bar = ProgressBar(enabled=self.progress_bar and runner.rank == 0)
         self._dry = bool(runner.fast_dev_run)  # a dry run writes no scalars
+        self._beat = Heartbeat(self.heartbeat if runner.rank == 0 and not self._bar.enabled
+                               else None)
 
     def before_train(self, runner: RunnerView) -> None:
         self._training = True
@@ -147,6 +161,7 @@ class LoggerHook(Hook):
             self._shown_per_epoch = min(self._per_epoch, max(left, 1))
         self._start_iter = runner.iter
         self._t_start = time.perf_counter()
+        self._beat.start(runner.iter)
         self._sums.reset()
         device = torch.device(runner.device)
         self._cuda_device = device if device.type == "cuda" else None
@@ -216,6 +231,20 @@ class LoggerHook(Hook):
             self._bar.advance("train")
         if len(rows) >= self._log_len:
             self._log_train(runner, batch_idx, runner.iter + 1)
+        elif self._beat.due():
+            head = self._head(batch_idx, runner.iter + 1, runner.epoch)
+            self._say(runner, self._beat.train_line(head, runner.iter + 1, self._max_iters,
+                                                    self.interval))
+
+    def _say(self, runner: RunnerView, line: str) -> None:
+        runner.logger.info(line)
+        self._beat.mark()
+
+    def _head(self, batch_idx: int | None, done: int, epoch: int) -> str:
+        if self._by_epoch and batch_idx is not None:
+            per_epoch = self._shown_per_epoch or "?"
+            return f"Epoch [{epoch + 1}/{self._shown_epochs}][{batch_idx + 1}/{per_epoch}]"
+        return f"Iter [{done}/{self._max_iters}]"
 
     def _iterations_to_log(self, it: int, batch_idx: int) -> int:
         """From iteration ``it`` (0-based, not done), the iterations until a line is due: at
@@ -252,7 +281,7 @@ class LoggerHook(Hook):
             if hub.has(f"train/{k}")
         }
         if runner.logger.isEnabledFor(logging.INFO):  # a quiet run skips formatting the line
-            runner.logger.info(self._train_line(runner, batch_idx, done, means, extra, timing))
+            self._say(runner, self._train_line(runner, batch_idx, done, means, extra, timing))
         self._write(
             runner, {**scalars, **{f"train/{k}": v for k, v in {**extra, **timing}.items()}}, done
         )
@@ -266,12 +295,7 @@ class LoggerHook(Hook):
         extra: dict[str, float],
         timing: dict[str, float],
     ) -> str:
-        if self._by_epoch and batch_idx is not None:
-            per_epoch = self._shown_per_epoch or "?"
-            head = f"Epoch [{runner.epoch + 1}/{self._shown_epochs}][{batch_idx + 1}/{per_epoch}]"
-        else:
-            head = f"Iter [{done}/{self._max_iters}]"
-        parts = [head]
+        parts = [self._head(batch_idx, done, runner.epoch)]
         if "lr" in extra:
             parts.append(f"lr: {extra['lr']:.4e}")
         elapsed = time.perf_counter() - self._t_start
@@ -303,21 +327,29 @@ class LoggerHook(Hook):
 
     def before_val_epoch(self, runner: RunnerView) -> None:
         self._t_eval = time.perf_counter()
-        self._bar.add("val", "val", total=self._eval_total(runner, "val"))
+        total = self._eval_total(runner, "val")
+        self._beat.start_eval("val", total)
+        self._bar.add("val", "val", total=total)
 
     def before_test_epoch(self, runner: RunnerView) -> None:
         self._t_eval = time.perf_counter()
-        self._bar.add("test", "test", total=self._eval_total(runner, "test"))
+        total = self._eval_total(runner, "test")
+        self._beat.start_eval("test", total)
+        self._bar.add("test", "test", total=total)
 
     def after_val_iter(
         self, runner: RunnerView, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
         self._bar.advance("val")
+        if self._beat.due():
+            self._say(runner, self._beat.eval_line(batch_idx + 1))
 
     def after_test_iter(
         self, runner: RunnerView, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
         self._bar.advance("test")
+        if self._beat.due():
+            self._say(runner, self._beat.eval_line(batch_idx + 1))
 
     def after_val_epoch(self, runner: RunnerView, metrics: Mapping[str, Any] | None = None) -> None:
         self._bar.remove("val")
@@ -347,7 +379,7 @@ class LoggerHook(Hook):
         if samples is not None:
             parts.append(f"samples: {samples}")
         parts.append(f"duration: {time.perf_counter() - self._t_eval:.2f}s")
-        runner.logger.info("  ".join(parts))
+        self._say(runner, "  ".join(parts))
         row: dict[str, float] = dict(scalars)
         if self._training and self._by_epoch and self.log_metric_by_epoch:
             row["epoch"] = runner.epoch

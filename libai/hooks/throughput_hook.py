@@ -110,6 +110,19 @@ def _is_graph_mode(runner: RunnerView) -> bool:
     return isinstance(runner.optim_wrapper, GraphOptimWrapper)
 
 
+def _pipeline_part(runner: RunnerView) -> str | None:
+    """Under a pipeline each process holds its stages' part of the model, and the summary is
+    rank 0's: say so under its table, instead of passing a part for the whole."""
+    if type(runner.model).__name__ != "PipelineModule":  # as _uncountable tells a pipeline
+        return None
+    stages = [stage.index for stage in runner.model.stages]
+    total = runner.model.stages[0].num_stages
+    return (f"Pipeline: the table counts process 0's part of the model only, stage"
+            f"{'s' if len(stages) > 1 else ''} {', '.join(map(str, stages))} of {total} (the "
+            f"others are on the other processes); `libai summary CONFIG` counts the whole "
+            f"model in one process.")
+
+
 def _uncountable(runner: RunnerView) -> str | None:
     """Why FlopCounterMode cannot count this run's first step, or None when it can."""
     if _is_graph_mode(runner):
@@ -126,7 +139,7 @@ class ThroughputHook(Hook):
 
     - ``before_train``: the model summary (one row per top-level module: type, parameters,
       trainable; the total and the size in MiB by dtype; :mod:`libai.model.summary`), logged
-      on rank 0.
+      on rank 0. Under a pipeline that is rank 0's stages, and a line under the table says so.
     - The first training step runs inside ``torch.utils.flop_counter.FlopCounterMode``: the
       real step, nothing extra (no forward of its own, no random numbers drawn, gradients
       untouched). Its count, forward + backward (matrix products, convolutions, attention), is
@@ -205,7 +218,9 @@ class ThroughputHook(Hook):
         if self.summary and runner.rank == 0 and runner.logger.isEnabledFor(logging.INFO):
             from libai.model.summary import format_summary, summarize_model
 
-            runner.logger.info(format_summary(summarize_model(runner.unwrapped_model)))
+            part = _pipeline_part(runner)
+            runner.logger.info(format_summary(summarize_model(runner.unwrapped_model))
+                               + (f"\n{part}" if part else ""))
         count = self.count_flops and self.flops_per_step is None
         if count and self._restore_count(runner):
             count = False

@@ -9,12 +9,14 @@ from typing import Any
 
 import torch
 
+from libai.model.steps import unwrap_model
 from libai.registry import LOOPS
 from libai.utils.dist import all_reduce_max, all_reduce_mean
 from libai.utils.errors import ConfigError
 from libai.utils.signals import StopRequested
 
 from .base import BaseLoop, LoopRunner
+from .eval_sample import class_coverage, spread_loader
 
 __all__ = ["BatchLimit", "ValLoop", "TestLoop", "check_limit_batches", "metric_names_of"]
 
@@ -45,9 +47,12 @@ def check_limit_batches(value: Any, key: str) -> BatchLimit | None:
 class _EvalLoop(BaseLoop):
     """Runs every named set through the model and its evaluator; ``stage`` is 'val' or 'test'.
 
-    With ``limit_batches`` only the first batches of each set are evaluated, on every process
-    alike, and the metrics cover just the samples of those batches (with ``shuffle=False``, the
-    first samples of the set). ``--fast-dev-run`` then caps the count further.
+    With ``limit_batches`` only that many batches of each set are evaluated, on every process
+    alike, and the metrics cover just their samples: with ``shuffle=False``, the first samples of
+    the set, or, for a dataset that says the classes of its samples (``get_cat_ids``), as many
+    samples chosen by class (:mod:`libai.loops.eval_sample`: every class, in its share). The log
+    says once per set how many batches run and, when the samples hold fewer classes than the
+    dataset names, which are missing. ``--fast-dev-run`` then caps the count further.
 
     Args:
         runner: The runner.
@@ -68,6 +73,7 @@ class _EvalLoop(BaseLoop):
         self.limit_batches = check_limit_batches(limit_batches, f"{self.stage}_cfg.limit_batches")
         self.num_batches: int | None = None  # batches the set being evaluated runs, per process
         self._announced: set[str | None] = set()
+        self._spread: dict[str | None, Any] = {}  # per set: the loader of a limited evaluation
         if isinstance(dataloader, dict):
             evals = evaluator if isinstance(evaluator, dict) else dict.fromkeys(dataloader, evaluator)
             self.sets = {name: (loader, evals[name]) for name, loader in dataloader.items()}
@@ -96,6 +102,25 @@ class _EvalLoop(BaseLoop):
             count = min(limit, available)
         return self.runner.limit_batches(count)
 
+    def _announce(self, what: str, limit: int, most: int, dataset: Any, by_class: bool) -> None:
+        """Once per set: the batches a limited evaluation reads, and the classes its samples hold
+        when fewer than all (their metrics then leave the others out)."""
+        coverage = class_coverage(dataset)
+        held = missing = ""
+        if coverage is not None:
+            have, lack = coverage
+            if by_class:
+                held = f", {len(dataset):,} samples by class"
+            if lack:
+                missing = (f"its samples hold {len(have)} of {len(have) + len(lack)} classes "
+                           f"(none of {', '.join(lack)}): the per-class and averaged metrics "
+                           f"leave those out")
+        if self.limit_batches is not None:
+            _logger.info(f"{what}: {limit} of {most} batches (limit_batches={self.limit_batches})"
+                         f"{held}" + (f"; {missing}" if missing else ""))
+        elif missing:
+            _logger.info(f"{what}: {missing}")
+
     def _run_set(self, name: str | None, loader: Any, evaluator: Any) -> dict[str, float]:
         runner, stage = self.runner, self.stage
         prefix = f"{stage}/{name}/" if name else f"{stage}/"
@@ -105,10 +130,18 @@ class _EvalLoop(BaseLoop):
         own = len(loader)
         most = all_reduce_max(own)
         limit = self.num_batches = self.batches_to_run(most)
-        if self.limit_batches is not None and name not in self._announced:
+        asked, by_class = (limit, most), False
+        if limit < most:  # a dataset that says its classes is sampled by class (eval_sample.py)
+            spread = self._spread.get(name) or spread_loader(
+                loader, limit * (loader.batch_size or 1) * runner.data_parallel.size,
+                runner.data_parallel)
+            if spread is not None:
+                self._spread[name], loader, by_class = spread, spread, True
+                own = len(loader)
+                most = limit = self.num_batches = all_reduce_max(own)
+        if name not in self._announced:
             self._announced.add(name)
-            _logger.info(f"{prefix[:-1]}: {limit} of {most} batches "
-                         f"(limit_batches={self.limit_batches})")
+            self._announce(prefix[:-1], *asked, loader.dataset, by_class)
         runner.call_hook(f"before_{stage}_epoch")
         loss_sums: dict[str, Any] = {}  # per loss term: its batch values weighted by their items
         stop = runner.stop_request  # set while training, polled per batch
@@ -124,7 +157,7 @@ class _EvalLoop(BaseLoop):
                 runner.call_hook(f"before_{stage}_iter", batch_idx=idx, data_batch=batch)
                 outputs = runner.run_eval_step(batch)
                 _add_loss_terms(loss_sums, outputs, batch)
-                evaluator.process(batch, outputs)
+                _process(evaluator, batch, outputs, runner.model)
                 runner.call_hook(f"after_{stage}_iter", batch_idx=idx, data_batch=batch, outputs=outputs)
                 _poll(stop, evaluator)
         dp = runner.data_parallel
@@ -194,6 +227,19 @@ def _batch_size(batch: Any) -> int:
     return 1
 
 
+def _process(evaluator: Any, batch: Any, outputs: Any, model: Any) -> None:
+    """``evaluator.process``; a key the metrics miss in the outputs gets the model's reason, when
+    a setting of the model turned that output off (``why_no_output``, libai.model.contract)."""
+    try:
+        evaluator.process(batch, outputs)
+    except ConfigError as e:
+        why = getattr(unwrap_model(model), "why_no_output", None)
+        reason = why(e.missing_key) if why is not None and hasattr(e, "missing_key") else None
+        if not reason:
+            raise
+        raise ConfigError(f"{e} {reason}") from None
+
+
 def metric_names_of(loop: _EvalLoop, batches: int = 2) -> list[str]:
     """The names the loop's metrics produce, from ``batches`` batches of each set: no hook is
     called and nothing is logged (the runner looks up the metrics hooks watch before training)."""
@@ -208,7 +254,7 @@ def metric_names_of(loop: _EvalLoop, batches: int = 2) -> list[str]:
                     if idx >= batches:
                         break
                     outputs = runner.run_eval_step(batch)
-                    evaluator.process(batch, outputs)
+                    _process(evaluator, batch, outputs, runner.model)
                     count += len(next(iter(batch.values()))) if isinstance(batch, dict) else 1
                     has_loss = isinstance(outputs, dict) and isinstance(outputs.get("loss"),
                                                                         torch.Tensor)

@@ -120,20 +120,38 @@ class IterBasedTrainLoop(_TrainLoop):
     """Train for ``max_iters`` iterations, cycling over the data loader as often as needed.
 
     ``before_train_epoch``/``after_train_epoch`` are called once, around the whole run.
+    ``max_epochs`` sizes the run by the data instead (fine-tuning on a file of one's own: 3
+    epochs of whatever it holds): ``max_epochs x iterations per epoch`` iterations. Given both,
+    the run stops at whichever comes first (as Lightning's ``max_steps`` and ``max_epochs``), so
+    ``--cfg-options train_cfg.max_iters=10`` shortens an epoch-sized config. Intervals and
+    schedules stay in iterations.
 
     Args:
         runner: The runner.
         dataloader: The training data loader.
-        max_iters: Iterations to train.
+        max_iters: Iterations to train. Defaults to None: ``max_epochs`` sizes the run.
         val_interval: Validate every this many iterations, and after the last. Defaults to 1000.
         val_begin: First iteration after which validation may run. Defaults to 1.
+        max_epochs: Passes over the data to train. Defaults to None: ``max_iters`` does.
+
+    Raises:
+        ConfigError: neither ``max_iters`` nor ``max_epochs`` is given, or one is not a
+            positive int.
     """
 
-    def __init__(self, runner: LoopRunner, dataloader: Any, max_iters: int, val_interval: int = 1000,
-                 val_begin: int = 1) -> None:
+    def __init__(self, runner: LoopRunner, dataloader: Any, max_iters: int | None = None,
+                 val_interval: int = 1000, val_begin: int = 1,
+                 max_epochs: int | None = None) -> None:
         super().__init__(runner, dataloader, val_interval, val_begin)
-        self.max_iters = _positive("max_iters", max_iters)
-        self.max_epochs = None
+        if max_iters is None and max_epochs is None:
+            raise ConfigError("train_cfg needs max_iters (iterations) or max_epochs (passes over "
+                              "the training data), e.g. train_cfg.max_epochs=3.")
+        by_data = None if max_epochs is None else \
+            _positive("max_epochs", max_epochs) * self.iters_per_epoch
+        self.max_iters = by_data if max_iters is None else min(
+            _positive("max_iters", max_iters), by_data or max_iters)
+        self.max_epochs = None  # the loop counts iterations (logs, hooks): see epochs_asked
+        self.epochs_asked = max_epochs
         self._data_iter = None
 
     def _next_epoch(self) -> None:

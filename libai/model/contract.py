@@ -135,6 +135,11 @@ CONTRACT: tuple[ContractField, ...] = (
         "`count_items(batch) -> {loss key: count}`: the `num_items` of a training batch, from "
         "the batch alone, so that a pipeline weighs each microbatch's loss before it runs."),
     ContractField(
+        "why_no_output", "method", False, ("libai/loops/evaluate.py",),
+        "`why_no_output(key)`: a sentence saying why eval mode returns no `key` (a setting turned "
+        "that head off), or None; a metric that looks for `key` in vain ends its error with it (BERT: "
+        "`model.second_head=None` and an `nsp_logits` metric)."),
+    ContractField(
         "hf_model_type", "attribute", False,
         ("libai/model/zoo/hf.py", "libai/model/zoo/hf_mapping.py"),
         "`'bert'`, `'gpt2'`, `'llama'` or `'roberta'`: the model converts to and from Hugging Face folders "

@@ -29,10 +29,11 @@ def _param_dtype(cfg: Any) -> torch.dtype | None:
 
 
 def build_model(cfg: Any, pc: ParallelConfig, device: torch.device,
-                same_seed: bool) -> nn.Module:
+                same_seed: bool, model_cfg: Any = None) -> nn.Module:
     """Build ``cfg.model`` on ``device``; with ``parallel.rank0_init``, ranks > 0 build it on the
     meta device instead (:func:`~libai.parallel.build_on_rank0`), and :func:`distribute_model`
-    fills it from rank 0.
+    fills it from rank 0. ``model_cfg`` replaces ``cfg.model`` (with derived values such as a
+    classifier's ``num_classes``: libai.runner.data_check).
 
     Building on meta draws no random numbers. When every rank has the same seed (the default),
     ranks > 0 then take rank 0's RNG state, which is what building would have left them with,
@@ -42,7 +43,7 @@ def build_model(cfg: Any, pc: ParallelConfig, device: torch.device,
 
     from .build import build_model as build
 
-    model = build_on_rank0(lambda: build(cfg.model), pc)
+    model = build_on_rank0(lambda: build(cfg.model if model_cfg is None else model_cfg), pc)
     if not pc.splits_from_rank0:
         return model.to(device)
     if same_seed:

@@ -7,6 +7,7 @@ import logging
 import os
 import platform
 import random
+import shutil
 import sys
 import time
 from typing import Any
@@ -25,7 +26,10 @@ __all__ = [
     "seed_everything",
     "lock_work_dir",
     "make_run_dir",
+    "new_folders",
     "open_run",
+    "remove_empty_folders",
+    "remove_run_folder",
     "make_logger",
     "dump_config",
     "config_name",
@@ -125,6 +129,44 @@ def make_run_dir(work_dir: str, dry_run: bool = False) -> tuple[str, str]:
     return stamp, os.path.join(work_dir, stamp)
 
 
+def new_folders(path: str) -> list[str]:
+    """The folders of ``path`` that do not exist yet, deepest first: those a run creates, and the
+    only ones :func:`remove_empty_folders` may take away again."""
+    missing, path = [], os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
+
+
+def remove_run_folder(log_dir: str, logger: logging.Logger) -> None:
+    """Undo :func:`open_run` for a run refused before its loop started, on rank 0: the
+    run folder goes, with what is in it (its log, ``config.py``). The folder was made new and
+    empty for this run (:func:`~libai.utils.run_layout.new_run_folder`), so all of it is this
+    run's. docs/reliability.md: a refused run writes nothing."""
+    if not dist.is_main_process():
+        return
+    for handler in list(logger.handlers):  # the log file is closed before it goes
+        if os.path.dirname(getattr(handler, "baseFilename", "")) == os.path.abspath(log_dir):
+            logger.removeHandler(handler)
+            handler.close()
+    shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def remove_empty_folders(folders: list[str]) -> None:
+    """Remove ``folders`` in turn (deepest first) on rank 0, stopping at the first that is not
+    empty: it holds something that is not this run's."""
+    if not dist.is_main_process():
+        return
+    for folder in folders:
+        try:
+            os.rmdir(folder)
+        except FileNotFoundError:
+            continue
+        except OSError:  # not empty (another run, a user's file) or not ours to remove
+            return
+
+
 def env_summary(device: torch.device, seed: int, extra: dict[str, Any] | None = None) -> str:
     """A few lines for the top of the log: versions, device, world size, seed."""
     from libai.version import __version__
@@ -183,7 +225,11 @@ def derived_summary(loop: Any, optim_wrapper: Any, data_parallel: Any) -> str:
     shares = data_parallel.size
     who = (f"{shares} data-parallel rank(s)" if data_parallel.replicas > 1
            else f"{shares} process(es)")
+    asked = getattr(loop, "epochs_asked", None)  # an iteration loop sized by max_epochs
     return (f"Derived: iterations per epoch {loop.iters_per_epoch}, max iterations {loop.max_iters}"
+            + (f" (max_epochs={asked}: {asked} x {loop.iters_per_epoch}"
+               f"{', max_iters first' if loop.max_iters < asked * loop.iters_per_epoch else ''})"
+               if asked else "")
             + (f", max epochs {loop.max_epochs}" if loop.max_epochs else "")
             + f", effective batch size {batch} x {who} x {acc} accumulation = {batch * shares * acc}")
 

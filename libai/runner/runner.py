@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from functools import partial
+from functools import partial, wraps
 from typing import Any
 
 from torch import nn
@@ -24,14 +24,36 @@ from libai.model.graph import GraphModule
 from libai.parallel import parse_parallel
 from libai.registry import RUNNERS
 from libai.utils import dist
-from libai.utils.errors import ConfigError
+from libai.utils.errors import ConfigError, LibaiError
 from libai.utils.message_hub import MessageHub
 
 from . import build, env, imports, preemption
+from .data_check import check_data_files, model_with_classes
 from .distribute import build_model, wrap_model
 from .preflight import check_model_type, check_watched_metrics, preflight
 
 __all__ = ["Runner"]
+
+
+def _refusal_leaves_nothing(method: Callable) -> Callable:
+    """A refusal (a ``LibaiError`` that is no orderly stop) before the training or evaluation
+    loop starts takes back the run folder it made: a refused run writes nothing
+    (docs/reliability.md).
+    Applied to the entry points; only the outermost call of a nesting acts."""
+    @wraps(method)
+    def call(self: Runner, *args: Any, **kwargs: Any) -> Any:
+        outer = not self.__dict__.get("_in_entry_point", False)
+        self._in_entry_point = True
+        try:
+            return method(self, *args, **kwargs)
+        except LibaiError as e:
+            if outer and getattr(e, "exit_status", None) is None:
+                self._leave_nothing()
+            raise
+        finally:
+            if outer:
+                self._in_entry_point = False
+    return call
 
 
 @RUNNERS.register_module()
@@ -44,6 +66,7 @@ class Runner:
             Defaults to 0 (off).
     """
 
+    @_refusal_leaves_nothing
     def __init__(self, cfg: Any, fast_dev_run: int = 0) -> None:
         from libai.config import Config
         from libai.hooks import DEFAULT_HOOKS, CheckpointHook
@@ -53,6 +76,10 @@ class Runner:
         preflight(cfg, fast_dev_run)
         imports.import_custom_modules(cfg.get("custom_imports"), cfg.filename)
         check_model_type(cfg)
+        # every split's files and the class count, before anything is written or built
+        data_meta = check_data_files(cfg)
+        model_cfg = model_with_classes(cfg.get("model"), data_meta)
+        derived = model_cfg is not cfg.get("model")  # num_classes taken from the labels
         cfg.freeze()
         self.cfg = cfg
         self.fast_dev_run = int(fast_dev_run)
@@ -73,14 +100,19 @@ class Runner:
         self._diff_rank_seed = bool(randomness.get("diff_rank_seed"))
         self.work_dir = os.path.abspath(cfg.get("work_dir") or "work_dirs/default")
         self.experiment_name = cfg.get("experiment_name") or env.config_name(cfg)
+        self._new_folders = env.new_folders(self.work_dir)  # what a refusal may take back
         # one run at a time in a work dir: held by this runner until it is collected or we exit
         self._work_dir_lock = env.lock_work_dir(self.work_dir, self.fast_dev_run > 0)
         # a dry run's folder is a temporary one: it leaves the work dir as it was
         self.timestamp, self.log_dir, self.logger, config_text = env.open_run(
             cfg, self.work_dir, self.fast_dev_run > 0, self.device, self.seed, self.rank)
 
+        if derived:  # logged, not written into the config
+            self.logger.info(f"model.num_classes={model_cfg['num_classes']}: the labels of "
+                             f"{data_meta['section']}")
         self.unwrapped_model = build_model(cfg, self.parallel, self.device,
-                                           same_seed=not self._diff_rank_seed)
+                                           same_seed=not self._diff_rank_seed,
+                                           model_cfg=model_cfg if derived else None)
         self.model = self._wrap(self.unwrapped_model)
         self.hooks = build.build_hooks(DEFAULT_HOOKS, cfg.get("default_hooks"), cfg.get("custom_hooks"))
         if self.fast_dev_run:  # a dry run saves nothing
@@ -116,6 +148,7 @@ class Runner:
 
     # ------------------------------------------------------------------------- parts
     @property
+    @_refusal_leaves_nothing
     def train_loop(self) -> Any:
         if self._train_loop is None:
             if self.cfg.get("train_dataloader") is None or self.cfg.get("train_cfg") is None:
@@ -130,10 +163,12 @@ class Runner:
         return self.train_loop.dataloader
 
     @property
+    @_refusal_leaves_nothing
     def val_loop(self) -> Any:
         return self._eval_loop("val")
 
     @property
+    @_refusal_leaves_nothing
     def test_loop(self) -> Any:
         return self._eval_loop("test")
 
@@ -248,6 +283,7 @@ class Runner:
         self.writer, self.checkpointer.schedule = build.hook_services(self.hooks)
 
     # ------------------------------------------------------------------- entry points
+    @_refusal_leaves_nothing
     def train(self) -> nn.Module:
         """Train as ``train_cfg`` says, validating on the way; returns the trained model.
 
@@ -280,6 +316,7 @@ class Runner:
             self.checkpointer.restore()
             check_watched_metrics(self)
             self.optim_wrapper.initialize_count_status(self.model, loop.iter, loop.max_iters)
+            self._started = True  # from here on an error ends a run: its folder stays
             loop.run()
             self.checkpointer.wait()
         finally:
@@ -298,6 +335,16 @@ class Runner:
         if self._work_dir_lock is not None:
             self._work_dir_lock.release()
 
+    def _leave_nothing(self) -> None:
+        """Take back what a run refused before its loop started wrote: its run folder,
+        then (the lock given back) the folders it created, when empty. Once."""
+        if "log_dir" not in self.__dict__ or self.__dict__.get("_started") or self.fast_dev_run:
+            return  # no folder yet, a run that did work, or a dry run's temporary folder
+        self._started = True  # once: nothing is left to take back
+        env.remove_run_folder(self.log_dir, self.logger)
+        self.close()
+        env.remove_empty_folders(self._new_folders)
+
     def val(self) -> dict[str, float]:
         """Validate once; returns the metrics."""
         return self._evaluate("val")
@@ -306,6 +353,7 @@ class Runner:
         """Test once; returns the metrics."""
         return self._evaluate("test")
 
+    @_refusal_leaves_nothing
     def _evaluate(self, stage: str) -> dict[str, float]:
         loop = self._eval_loop(stage)
         if loop is None:
@@ -313,6 +361,7 @@ class Runner:
         self.call_hook("before_run")
         try:
             self.checkpointer.restore(weights_only=True)
+            self._started = True
             return loop.run()
         finally:
             try:

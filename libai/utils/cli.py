@@ -85,9 +85,10 @@ def _call(main_fn: Callable[[list[str]], int | None], args: list[str]) -> int:
             raise
         print(f"error: {line}", file=sys.stderr)
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("interrupted (Ctrl-C). Checkpoints written so far are complete; continue a "
-              "training run with --resume.", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        # a message of its own (signals.InterruptedBeforeTraining) knows where the run was
+        print(str(e) or "interrupted (Ctrl-C). Checkpoints written so far are complete; "
+              "continue a training run with --resume.", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

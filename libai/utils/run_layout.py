@@ -92,9 +92,10 @@ def training_scalars(work_dir: str) -> str | None:
 def wait_for_plots(work_dir: str, timeout: float = 120.0) -> None:
     """Wait until the background plot processes of every run in ``work_dir`` are done.
 
-    The LoggerHook draws the plots in a process that outlives the run; each appends one line
-    ("Saved overview.png ..." or "could not draw the plots") to the log of the run that started
-    it. A script that deletes or archives the work dir right after training waits here first.
+    The LoggerHook draws the plots in a process of their own; each appends one line ("Saved
+    overview.png ...", "could not draw the plots" or "stopped drawing the plots") to the log of
+    the run that started it. The run's process waits for them before it exits; code that uses the
+    work dir in the same process right after training (a notebook) waits here first.
     Raises ``TimeoutError`` after ``timeout`` seconds.
     """
     deadline = time.monotonic() + timeout
@@ -106,7 +107,8 @@ def wait_for_plots(work_dir: str, timeout: float = 120.0) -> None:
                     text = f.read()
             except OSError:
                 break
-            done = text.count("Saved overview.png") + text.count("could not draw the plots")
+            done = (text.count("Saved overview.png") + text.count("could not draw the plots")
+                    + text.count("stopped drawing the plots"))
             if done >= text.count("Plots of the scalars: drawing"):
                 break
             if time.monotonic() > deadline:

@@ -6,7 +6,13 @@ terminal presses Ctrl-C (SIGINT). The handler installed here only records the fi
 for Ctrl-C, says so on stderr); the loops ask :meth:`StopRequest.poll` at points
 where stopping is clean (between training steps, between evaluation batches), and all ranks of a
 distributed run agree through one small all-reduce, so one signalled rank is enough and every rank
-stops at the same step. A second signal ends the process at once with :func:`exit_status`.
+stops at the same step. A second signal ends the process at once with :func:`exit_status`, unless
+it comes within :data:`SAME_REQUEST_S` of the first: that is the same request passed on again
+(torchrun's agent, given a Ctrl-C twice while it waits for its workers, follows its SIGINT with
+SIGTERM within milliseconds; a wrapper that forwards signals to a child in the terminal's
+process group doubles a Ctrl-C the same way). Before training has started (before the loop's
+first :meth:`StopRequest.poll`) there is nothing to save: Ctrl-C then raises
+:class:`InterruptedBeforeTraining` at once.
 
 >>> import signal
 >>> stop = StopRequest(["SIGUSR1"])
@@ -23,6 +29,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,12 +39,15 @@ from . import dist
 from .errors import ConfigError, LibaiError
 from .suggest import did_you_mean
 
-__all__ = ["DEFAULT_SIGNALS", "STOP_SIGNALS", "StopRequest", "StopRequested", "Preempted",
-           "exit_status", "parse_preemption"]
+__all__ = ["DEFAULT_SIGNALS", "SAME_REQUEST_S", "STOP_SIGNALS", "InterruptedBeforeTraining",
+           "StopRequest", "StopRequested", "Preempted", "exit_status", "parse_preemption"]
 
 DEFAULT_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
 # Signals a job is commonly asked to stop with; SIGKILL and SIGSTOP cannot be caught.
 STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGHUP", "SIGQUIT")
+# A signal this soon after the first is the same request passed on again, not a person's second
+# Ctrl-C: launchers relay within milliseconds, a person reads the Ctrl-C line first.
+SAME_REQUEST_S = 1.0
 
 
 def exit_status(signum: int) -> int:
@@ -59,6 +69,15 @@ class Preempted(LibaiError):
         super().__init__(message)
         self.signum = int(signum)
         self.exit_status = exit_status(signum)
+
+
+class InterruptedBeforeTraining(KeyboardInterrupt):
+    """Ctrl-C before the first training step (building the run, loading a checkpoint, starting
+    the data loader): nothing was trained, so the run stops at once without saving. A
+    KeyboardInterrupt, so code that catches Ctrl-C catches it; the tools print its message."""
+
+    def __init__(self) -> None:
+        super().__init__("interrupted before training started; nothing to save (Ctrl-C).")
 
 
 class StopRequested(Exception):  # noqa: N818 - a request, not an error
@@ -112,6 +131,8 @@ class StopRequest:
     def __init__(self, signals: Iterable[str] = DEFAULT_SIGNALS) -> None:
         self.signals = tuple(getattr(signal, name) for name in signals)
         self.received = 0  # the first signal's number; written only by the handler
+        self._received_at = 0.0  # when it came (time.monotonic)
+        self._training = False  # set by the first poll: the loop is at its first step
         self._previous: dict[int, Any] = {}
         self._owner = os.getpid()  # the process that installed the handlers
         self._announce = True  # rank 0 says what a Ctrl-C does
@@ -130,6 +151,7 @@ class StopRequest:
         if threading.current_thread() is not threading.main_thread():
             return False
         self.received = 0
+        self._training = False
         self._owner = os.getpid()
         self._announce = dist.get_rank() == 0
         for signum in self.signals:
@@ -150,20 +172,32 @@ class StopRequest:
         # Only a flag: the loops act on it where stopping is safe.
         if os.getpid() != self._owner:
             return  # a forked child (a data loader worker, same terminal): the main process acts
+        now = time.monotonic()
         if self.received:
+            if now - self._received_at < SAME_REQUEST_S:  # relayed again, not a second request
+                if self._announce:
+                    first, name = signal.Signals(self.received).name, signal.Signals(signum).name
+                    os.write(2, f"libai: {name} {now - self._received_at:.2f} s after {first}: "
+                                f"the same request passed on again (a launcher relaying it); "
+                                f"still finishing this step and saving it.\n".encode())
+                return
             name = signal.Signals(signum).name
             os.write(2, f"libai: second signal ({name}): exiting at once with status "
                         f"{exit_status(signum)}; no checkpoint of this step is written, the "
                         f"last complete one is kept.\n".encode())
             os._exit(exit_status(signum))
-        self.received = signum
+        if signum == signal.SIGINT and not self._training:
+            raise InterruptedBeforeTraining  # nothing trained yet: stop at once, as Python would
+        self.received, self._received_at = signum, now
         if signum == signal.SIGINT and self._announce:  # a person waits: say what happens
             os.write(2, b"libai: Ctrl-C: finishing this step and saving it, then stopping; press "
                         b"Ctrl-C again to exit at once without saving.\n")
 
     def poll(self) -> int:
         """The signal number if any rank received one, else 0. In a distributed run every rank
-        must call it at the same point (one all-reduce of one number)."""
+        must call it at the same point (one all-reduce of one number). The first call marks the
+        start of training: from then on Ctrl-C finishes the step instead of stopping at once."""
+        self._training = True
         if not self._distributed:
             return self.received
         flag = torch.tensor([self.received], dtype=torch.int64)

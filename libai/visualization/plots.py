@@ -3,9 +3,13 @@ page (``overview.png``) and one PNG per scalar family.
 
 Also a script: ``python plots.py SCALARS_JSONL OUT_DIR [LOG_FILE]`` draws them and appends the
 "Saved ..." line to LOG_FILE. The LoggerHook runs it as a background process
-(:func:`draw_in_background`), so that a finished run does not wait for matplotlib (about 0.3 s
-to import, 0.1 s a page). It imports nothing but the standard library and matplotlib: run as a
-file, it does not import torch or libai.
+(:func:`draw_in_background`), so that matplotlib (about 0.3 s to import, 0.1 s a page) works
+while the run's test and teardown go on, and the run's memory never holds it. The process that
+started it waits for it before exiting (at most :data:`EXIT_WAIT_S`, then it stops it and says
+so): nothing in the work dir changes once the run's process has exited. The script stops by
+itself, writing nothing more, when the process that started it is gone (killed, say). It imports
+nothing but the standard library and matplotlib: run as a file, it does not import torch or
+libai.
 """
 
 from __future__ import annotations
@@ -14,13 +18,16 @@ import json
 import math
 import os
 import re
+import sys
 from collections import defaultdict
 from typing import Any
 
-__all__ = ["OVERVIEW", "draw_in_background", "family_of", "overview_figure", "overview_panels",
-           "plot_scalars", "saved_message"]
+__all__ = ["EXIT_WAIT_S", "OVERVIEW", "draw_in_background", "family_of", "finish_plots",
+           "overview_figure", "overview_panels", "plot_scalars", "saved_message"]
 
 OVERVIEW = "overview.png"
+#: How long a process waits at exit for the plot processes it started.
+EXIT_WAIT_S = 60.0
 Series = dict[str, tuple[list[int], list[float]]]
 
 
@@ -146,10 +153,26 @@ def plot_scalars(jsonl_path: str, out_dir: str) -> list[str]:
 
 def _save(fig: Any, path: str) -> None:
     """Write the PNG under a temporary name, then rename: a reader (or a second plot process,
-    e.g. the test run's after the training run's) never sees half a file."""
+    e.g. the test run's after the training run's) never sees half a file. A plot process stopped
+    while saving (SIGTERM: superseded, or not done when its run exits) removes its temporary."""
     tmp = f"{path}.tmp-{os.getpid()}.png"
-    fig.savefig(tmp, dpi=100)
-    os.replace(tmp, path)
+    try:
+        fig.savefig(tmp, dpi=100)
+        _stop_if_orphaned()
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+_PARENT: int | None = None  # as a script: the run's process, which waits for this one
+
+
+def _stop_if_orphaned() -> None:
+    """As a script: end, writing nothing more, once the run that started this process is gone
+    (it waits for its plots before exiting, so it was killed): its work dir is left alone."""
+    if _PARENT is not None and os.getppid() != _PARENT:
+        raise SystemExit(3)
 
 
 def saved_message(paths: list[str]) -> str:
@@ -159,23 +182,78 @@ def saved_message(paths: list[str]) -> str:
     return f"Saved {first}{len(paths) - overview} plot(s) in {os.path.dirname(paths[0])}"
 
 
+# this process's plot processes and their logs: process-wide, as the exit that waits for them
+_STARTED: list[tuple[Any, str | None]] = []
+_WAITS_AT_EXIT = [False]
+
+
 def draw_in_background(jsonl_path: str, out_dir: str, log_file: str | None = None) -> Any:
     """Run this file as a script (:func:`plot_scalars`, then the "Saved ..." line appended to
     ``log_file``) in a process of its own, in a new session: a Ctrl-C at the terminal does not
-    stop it. Returns its ``subprocess.Popen``; raises OSError if it cannot start."""
+    cut a PNG short. This process waits for it before it exits (:func:`finish_plots`). Returns
+    its ``subprocess.Popen``; raises OSError if it cannot start."""
+    import atexit
     import subprocess
-    import sys
 
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), jsonl_path, out_dir,
          *([log_file] if log_file else [])],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)
+    if not _WAITS_AT_EXIT[0]:
+        atexit.register(finish_plots)
+        _WAITS_AT_EXIT[0] = True
+    _STARTED[:] = [(p, f) for p, f in _STARTED if p.poll() is None] + [(proc, log_file)]
+    return proc
+
+
+def finish_plots(timeout: float | None = None) -> None:
+    """Wait for the plot processes this process started, ``timeout`` seconds at most
+    (:data:`EXIT_WAIT_S` by default); stop those still drawing then (SIGTERM: they remove their
+    temporary files), with one line on stderr and in their run's log. Run at exit, so that the
+    work dir is final once the run's process is gone; a Ctrl-C while waiting stops them too."""
+    import subprocess
+    import time
+
+    limit = EXIT_WAIT_S if timeout is None else timeout
+    deadline = time.monotonic() + limit
+    started, _STARTED[:] = list(_STARTED), []
+    for proc, log_file in started:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            continue
+        except subprocess.TimeoutExpired:
+            reason = f"not finished {limit:g} s after the run ended"
+        except KeyboardInterrupt:
+            reason = "interrupted (Ctrl-C) while the run waited for them"
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        args = proc.args
+        message = (f"LoggerHook: stopped drawing the plots ({reason}), so that nothing is written "
+                   f"after the run. Draw them with: python {args[1]} {args[2]} {args[3]}")
+        print(message, file=sys.stderr)
+        _append(log_file, "WARNING", message)
+
+
+def _append(log_file: str | None, level: str, message: str) -> None:
+    import datetime
+
+    if log_file:
+        stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+        with open(log_file, "a", encoding="utf-8") as f:
+            f.write(f"{stamp} - libai - {level} - {message}\n")
 
 
 def _main(argv: list[str]) -> int:
-    import datetime
+    import signal
 
+    global _PARENT
+    _PARENT = os.getppid()
+    # stopped (superseded, or its run exits first): end through finally, removing temporaries
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     jsonl_path, out_dir = argv[0], argv[1]
     log_file = argv[2] if len(argv) > 2 else None
     try:
@@ -183,14 +261,11 @@ def _main(argv: list[str]) -> int:
         message, level = (saved_message(paths) if paths else None), "INFO"
     except Exception as e:  # noqa: BLE001 - reported in the run's log, never raised
         message, level = f"LoggerHook: could not draw the plots ({type(e).__name__}: {e}).", "WARNING"
-    if message and log_file:
-        stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
-        with open(log_file, "a", encoding="utf-8") as f:
-            f.write(f"{stamp} - libai - {level} - {message}\n")
+    _stop_if_orphaned()
+    if message:
+        _append(log_file, level, message)
     return 0 if level == "INFO" else 1
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(_main(sys.argv[1:]))

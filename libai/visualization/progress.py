@@ -1,12 +1,17 @@
-"""A live progress bar on the shared console, drawn only when stdout is a terminal."""
+"""A live progress bar on the shared console, drawn only when stdout is a terminal, and the
+heartbeat lines that stand in for it elsewhere."""
 
 from __future__ import annotations
 
+import datetime
+import time
 from typing import Any
 
 from libai.utils.logging import get_console, stdout_is_terminal
 
-__all__ = ["ProgressBar"]
+__all__ = ["Heartbeat", "ProgressBar"]
+
+_clock = time.monotonic  # the heartbeat's wall clock (tests replace it)
 
 
 class ProgressBar:
@@ -84,3 +89,59 @@ class ProgressBar:
             self._progress.stop()
             self._progress = None
         self._tasks.clear()
+
+
+class Heartbeat:
+    """Short progress lines for a log without a bar: the caller logs one when :meth:`due` says
+    ``every`` seconds passed since its last line of any kind (it calls :meth:`mark` for each).
+    Reading the clock is the only cost per iteration; no collective.
+
+    Args:
+        every: Seconds between lines at most; None: never due.
+    """
+
+    def __init__(self, every: float | None) -> None:
+        self.every = every
+        self._last = self._t0 = self._t_eval = _clock()
+        self._start_iter = 0
+        self._stage, self._eval_total = "val", None
+
+    def start(self, iteration: int) -> None:
+        """Training starts (or resumes) at ``iteration``: its rate counts from here."""
+        self._t0 = self._last = _clock()
+        self._start_iter = iteration
+
+    def start_eval(self, stage: str, total: int | None) -> None:
+        self._t_eval, self._stage, self._eval_total = _clock(), stage, total
+
+    def due(self) -> bool:
+        return self.every is not None and _clock() - self._last >= self.every
+
+    def mark(self) -> None:
+        """A line was logged: the next heartbeat is due ``every`` seconds from now."""
+        self._last = _clock()
+
+    def train_line(self, head: str, done: int, total: int, interval: int) -> str:
+        """``Iter [340/1000]  1.21 it/s  eta: 0:09:05  (heartbeat; losses every 50 ...)``."""
+        parts = [head, *_rate_and_eta(done - self._start_iter, total - done,
+                                      _clock() - self._t0, "it")]
+        return "  ".join([*parts, f"(heartbeat; losses every {interval} iterations)"])
+
+    def eval_line(self, done: int) -> str:
+        """``Val batch [37/120]  3.1 batches/s  eta: 0:00:26  (heartbeat)``."""
+        total = self._eval_total
+        parts = [f"{self._stage.capitalize()} batch [{done}/{total or '?'}]",
+                 *_rate_and_eta(done, None if total is None else total - done,
+                                _clock() - self._t_eval, "batch")]
+        return "  ".join([*parts, "(heartbeat)"])
+
+
+def _rate_and_eta(done: int, left: int | None, elapsed: float, unit: str) -> list[str]:
+    if done <= 0 or elapsed <= 0:
+        return []
+    rate = done / elapsed
+    per_s = "it/s" if unit == "it" else "batches/s"
+    parts = [f"{rate:.3g} {per_s}" if rate >= 1 else f"{1 / rate:.3g} s/{unit}"]
+    if left is not None:
+        parts.append(f"eta: {datetime.timedelta(seconds=int(max(left, 0) / rate))}")
+    return parts

@@ -178,6 +178,25 @@ def test_manifest_with_wrong_checksum_recomputed_is_still_caught(tmp_path):
         verify_checkpoint(path)
 
 
+def test_a_checkpoint_renamed_with_its_manifest_loads(tmp_path):
+    # The manifest names the file it was written for; a rename of both keeps the bytes, so
+    # the sha256 (checked even where only sizes are: is_complete(check_sha256=False)) vouches.
+    path, best = tmp_path / "iter_4.pth", tmp_path / "best.pth"
+    save_checkpoint(_state(), path)
+    os.rename(path, best)
+    os.rename(manifest_path(path), manifest_path(best))
+    _assert_state_equal(load_checkpoint(best), _state())
+    assert is_complete(best, check_sha256=False)
+    # a manifest that belongs to another file of the same size: the name is said, not "damaged"
+    save_checkpoint(_state(scale=2.0), path)
+    os.replace(manifest_path(path), manifest_path(best))
+    with pytest.raises(CheckpointError, match=r"best.pth' does not match its manifest, which was "
+                       r"written for 'iter_4.pth' \(the name differs\): sha256") as info:
+        load_checkpoint(best)
+    assert "damaged or was edited" not in str(info.value)
+    assert not is_complete(best, check_sha256=False)
+
+
 def test_truncated_checkpoint(tmp_path):
     path = tmp_path / "a.pth"
     save_checkpoint(_state(), path)

@@ -196,3 +196,23 @@ def test_group_keys():
     lines = group_keys(many, max_lines=5)
     assert len(lines) == 5 and lines[-1] == "... and 26 more groups"
     assert lines[0] == "m0.* (2 keys)"
+
+
+def test_the_empty_state_dict_of_a_sharded_checkpoint_names_the_reader(tmp_path):
+    # CPU, in-process: a sharded checkpoint's .pth holds state_dict={} (the weights are in its
+    # .dcp folder). "pass strict=False" would give a random model: the error names the readers.
+    from libai.checkpoint import checkpoint_weights, load_checkpoint, save_checkpoint
+    from libai.checkpoint.sharded import save_weights_sharded
+
+    net = Net()
+    path = tmp_path / "iter_4.pth"
+    listing = save_weights_sharded(model_state_for_saving(net), path)
+    save_checkpoint({"state_dict": {}, "sharded": listing}, path)
+    for strict in (True, False):
+        with pytest.raises(CheckpointError, match="holds no model weights") as info:
+            load_model_state(Net(), load_checkpoint(path)["state_dict"], strict=strict)
+        assert "sharded2file" in str(info.value) and "strict=False" not in str(info.value)
+    other = Net()
+    assert load_model_state(other, checkpoint_weights(str(path))).ok
+    assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(),
+                                                  other.state_dict().values()))

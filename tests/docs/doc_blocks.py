@@ -278,10 +278,41 @@ class UnlabeledFenceParser:
                 yield Region(region.start, region.end, message, _fail_with_parsed)
 
 
+# What a run prints: a log line (a level after an optional clock), a one-line error, a load
+# report. Shown in a `text` block it would never be compared, and goes stale unseen ("Loaded 37
+# of 39" in docs/finetune.md while the run said "Loaded 39 of 41").
+RUN_OUTPUT = re.compile(r"^(?:\d\d:\d\d:\d\d )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s"
+                        r"|^error: |^Loaded \d+ of \d+ model entries", re.MULTILINE)
+
+
+class ShownOutputParser:
+    """A `text` block that shows a run's output fails: output belongs in a console block under
+    its command, where the suite compares it; one that cannot run says why with a skip marker
+    above it (and is then listed with the skipped blocks)."""
+
+    def __init__(self) -> None:
+        self.lexers = LexerCollection([RawFencedCodeBlockLexer(
+            re.compile(r"(?P<language>text)$\n", re.MULTILINE), {"language": "language"})])
+
+    def __call__(self, document):
+        for region in self.lexers(document):
+            source = document.text[region.start:region.end]
+            m = RUN_OUTPUT.search(source)
+            if m is None:
+                continue
+            line = source[m.start():].split("\n", 1)[0]
+            message = (f"this text block shows a run's output ({line[:60]!r}), which is never "
+                       f"compared: write it as a console block under its command ($ python "
+                       f"tools/...) with <!-- output: excerpt -->, or put <!-- skip: next "
+                       f"\"why it cannot run\" --> above it")
+            yield Region(region.start, region.end, message, _fail_with_parsed)
+
+
 def parsers() -> list:
     return [
         ReasonedSkipParser(),
         OutputOptionsParser(),
+        ShownOutputParser(),
         PythonBlockParser(),
         CodeBlockParser("bash", evaluate_shell),
         CodeBlockParser("shell", evaluate_shell),

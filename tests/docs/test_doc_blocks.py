@@ -59,6 +59,22 @@ def test_a_skip_needs_a_reason_and_a_block_below(tmp_path):
     assert "directly above" in far.region.parsed
 
 
+def test_a_text_block_showing_a_run_s_output_fails_unless_skipped_with_a_reason(tmp_path):
+    # docs/finetune.md showed "Loaded 37 of 39" in a text block for months while the run said
+    # "Loaded 39 of 41": text blocks were never compared. Output goes in a console block.
+    report = ("INFO    Loaded weights from work_dirs/bert_tiny/iter_1500.pth (iteration 1500)\n"
+              "Loaded 37 of 39 model entries from the checkpoint.\n")
+    (shown,) = _examples(tmp_path, f"```text\n{report}```\n\n```text\nwork_dirs/\n  a.pth\n```\n")
+    assert "shows a run's output" in shown.region.parsed and "console block" in shown.region.parsed
+    for line in ("12:00:01 WARNING Stopped by SIGTERM", "error: no such key",
+                 "Loaded 38 of 50 model entries from the checkpoint."):
+        assert len(_examples(tmp_path, f"```text\n{line}\n```\n")) == 1, line
+    skip, skipped = _examples(tmp_path, f'<!-- skip: next "a 4-minute run" -->\n```text\n{report}```\n')
+    # the marker skips this block (listed with the skipped ones), not the next block that runs
+    assert skip.region.parsed == ("next", '"a 4-minute run"')
+    assert "shows a run's output" in skipped.region.parsed
+
+
 def test_a_fence_without_a_known_language_fails(tmp_path):
     (example,) = _examples(tmp_path, "```\nsome output\n```\n\n```text\nnot run\n```\n")
     assert "use one of" in example.region.parsed

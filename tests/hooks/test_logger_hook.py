@@ -390,3 +390,52 @@ def test_throughput_figures_read_as_a_person_reads_them():
     assert _part("mfu", 0.41237) == "MFU 41.2%"
     assert _part("loss", 0.43211) == "loss: 0.4321"
     assert _part("samples_per_s", float("nan")) == "samples_per_s: nan"
+
+
+class _Tick:
+    """A fake wall clock for the heartbeat (libai.visualization.progress._clock), moved by a
+    hook that runs before LoggerHook after every iteration and evaluation batch. CPU only."""
+
+    def __init__(self, monkeypatch, seconds_per_step):
+        from libai.hooks import Hook
+        from libai.visualization import progress
+
+        self.now, clock = 0.0, self
+        monkeypatch.setattr(progress, "_clock", lambda: clock.now, raising=False)
+
+        class TickHook(Hook):
+            priority = "HIGHEST"
+
+            def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+                clock.now += seconds_per_step
+
+            after_val_iter = after_test_iter = after_train_iter
+
+        self.hook = TickHook()
+
+
+def test_heartbeat_lines_where_no_bar_is_drawn(make_runner, run_iters, run_val, monkeypatch):
+    """20 s an iteration, a line every 50 iterations: without a bar (not a terminal) a
+    heartbeat comes once 30 s have passed since the last line, in training and in validation;
+    heartbeat=None turns them off."""
+    tick = _Tick(monkeypatch, 20.0)
+    hook = _jsonl_logger(interval=50)
+    runner = make_runner(tick.hook, hook, max_iters=10)
+    runner.call_hook("before_run")
+    run_iters(runner)
+    lines = runner.messages
+    beats = [m for m in lines if "(heartbeat" in m]
+    assert [b.split("  ")[0] for b in beats] == [f"Iter [{i}/10]" for i in (2, 4, 6, 8)]
+    assert beats[0] == "Iter [2/10]  20 s/it  eta: 0:02:40  (heartbeat; losses every 50 iterations)"
+    assert lines[-1].startswith("Iter [10/10]")  # the interval line, no heartbeat beside it
+    run_val(runner, {"accuracy": 0.5}, n_batches=4)
+    assert [m for m in runner.messages[len(lines):] if "heartbeat" in m] == [
+        "Val batch [2/?]  20 s/batch  (heartbeat)", "Val batch [4/?]  20 s/batch  (heartbeat)"]
+
+    quiet = make_runner(_Tick(monkeypatch, 20.0).hook, _jsonl_logger(interval=50, heartbeat=None),
+                        max_iters=10)
+    quiet.call_hook("before_run")
+    run_iters(quiet)
+    assert not any("heartbeat" in m for m in quiet.messages)
+    with pytest.raises(ConfigError, match="heartbeat must be a number of seconds > 0 or None"):
+        LoggerHook(heartbeat=0)

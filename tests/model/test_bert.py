@@ -254,3 +254,21 @@ def test_one_config_object_or_its_fields_as_keywords():
         MODELS.build(dict(type="BertForPreTraining", hiden_size=32))
     with pytest.raises(BuildError, match="model.hidden_size='big': expected a whole number"):
         MODELS.build(dict(type="BertForPreTraining", hidden_size="big"), path="model")
+
+
+def test_a_metric_for_the_head_that_is_off_names_the_setting():
+    """An NSP metric on an MLM-only model: the evaluation's error names model.second_head (the
+    evaluation loop asks the model, ``why_no_output``), not only the missing output key."""
+    from libai.evaluator import Evaluator
+    from libai.loops.evaluate import _process
+
+    model = BertForPreTraining(**TINY, second_head=None).eval()
+    b = batch()
+    with torch.no_grad():
+        out = model(b)
+    evaluator = Evaluator([dict(type="Accuracy", pred_key="nsp_logits",
+                                label_key="next_sentence_label")])
+    with pytest.raises(ConfigError) as e:
+        _process(evaluator, b, out, model)
+    assert "model.second_head=None" in str(e.value) and "'nsp_logits'" in str(e.value)
+    assert model.why_no_output("mlm_logits") is None

@@ -36,6 +36,7 @@ WRAPPER_ATTRIBUTES = {
     "train_calls": "GraphModule (graph mode)",
     "report": "GraphModule (graph mode)",
     "describe_step": "PipelineModule (parallel.pipeline)",
+    "stages": "PipelineModule (parallel.pipeline): the model summary names this process's",
 }
 TINY = dict(vocab_size=99, hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=64)
 

@@ -186,7 +186,9 @@ def test_bad_folders_and_unsupported_models_are_checkpoint_errors(tmp_path):
         save_hf_pretrained(MODELS.build(dict(type="BertForPreTraining", vocab_size=99,
                                              hidden_size=32, num_layers=1, num_heads=4,
                                              ffn_hidden_size=37, pre_norm=True)), tmp_path / "x")
-    with pytest.raises(CheckpointError, match="DigitsMLP has no Hugging Face export"):
+    families = "BERT, GPT-2, Llama and RoBERTa"  # every family that exports, named
+    with pytest.raises(CheckpointError, match=f"DigitsMLP has no Hugging Face equivalent: libai "
+                                              f"exports its {families}"):
         save_hf_pretrained(MODELS.build(dict(type="DigitsMLP")), tmp_path / "y")
 
 

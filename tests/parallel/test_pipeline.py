@@ -172,6 +172,9 @@ def test_an_interleaved_pipeline_equals_one_process_and_its_checkpoint_reads_any
         whole_set))
     pp.check()
     assert "Pipeline: interleaved_1f1b, 4 stages over 2 processes" in pp.stdout
+    # rank 0's model summary is its part of the model, and says so (issue 34)
+    assert "Pipeline: the table counts process 0's part of the model only, stages 0, 2 of 4" \
+        in pp.stdout
     assert "samples: 429" in pp.stdout  # every sample once
     one = run_tool("tools/train.py", *train_args(tmp_path / "one", whole_set)).check()
 

@@ -12,7 +12,6 @@ import re
 
 import resume_helpers as rh
 from test_preemption import SECOND_SIGNAL
-from tool_runs import TORCHRUN
 
 from libai.checkpoint import load_checkpoint, read_latest
 
@@ -56,7 +55,8 @@ def test_ctrl_c_saves_the_step_and_resume_is_bit_identical(tmp_path, run_process
 
 def test_second_ctrl_c_exits_at_once(tmp_path, run_process):
     work = tmp_path / "w"
-    hook = "+custom_hooks=[{'type':'SignalAtHook','moment':'step','at':3,'signame':'SIGINT','times':2}]"
+    hook = ("+custom_hooks=[{'type':'SignalAtHook','moment':'step','at':3,'signame':'SIGINT',"
+            "'times':2,'gap':1.2}]")  # a person reads the Ctrl-C line, then presses it again
     out = signalled(run_process, tmp_path, work, "--cfg-options", *SHORT, hook)
     assert out.returncode == 130, out.stderr[-3000:]
     assert "second signal (SIGINT): exiting at once with status 130" in out.stderr
@@ -86,6 +86,59 @@ def test_a_forked_data_loader_worker_leaves_ctrl_c_to_the_main_process():
         stop.uninstall()
 
 
+def test_a_signal_relayed_within_a_second_is_the_same_request(monkeypatch):
+    """In-process, on a fake clock: SIGTERM 0.05 s after SIGINT (torchrun's agent relaying one
+    Ctrl-C a second time) is the same request; a signal SAME_REQUEST_S or more after the first
+    is a second request and exits at once with 128 + its number."""
+    import signal
+    from types import SimpleNamespace
+
+    from libai.utils import signals
+
+    now = [100.0]
+    monkeypatch.setattr(signals, "time", SimpleNamespace(monotonic=lambda: now[0]), raising=False)
+
+    class Exited(Exception):
+        pass
+
+    def fake_exit(status):
+        raise Exited(status)
+
+    monkeypatch.setattr(signals.os, "_exit", fake_exit)
+    stop = signals.StopRequest(["SIGINT", "SIGTERM"])
+    assert stop.install()
+    try:
+        assert stop.poll() == 0  # the loop's first poll: training has started
+        signal.raise_signal(signal.SIGINT)
+        now[0] += 0.05
+        signal.raise_signal(signal.SIGTERM)
+        assert stop.poll() == signal.SIGINT  # still the first request, nothing exited
+        now[0] += signals.SAME_REQUEST_S
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        except Exited as e:
+            assert e.args == (143,)
+        else:
+            raise AssertionError("a second request did not exit")
+    finally:
+        stop.uninstall()
+
+
+def test_ctrl_c_before_the_first_step_stops_at_once_with_nothing_to_save(tmp_path, run_tool):
+    """Ctrl-C before the loop's first step (here in a before_train hook, after the model, the
+    data and the hooks are built): no in-training line, no iteration-0 stop, one line, 130."""
+    import test_preemption  # noqa: F401 - registers SignalAtHook
+
+    work = tmp_path / "w"
+    hook = "+custom_hooks=[{'type':'SignalAtHook','moment':'start','signame':'SIGINT'}]"
+    out = run_tool("tools/train.py", "configs/digits_mlp.py", "--work-dir", work,
+                   "--cfg-options", *SHORT, hook)
+    assert out.returncode == 130, out.output[-3000:]
+    assert "interrupted before training started; nothing to save" in out.stderr
+    assert "finishing this step" not in out.output and "Stopped by" not in out.output
+    assert "Iter [" not in out.output and not list(work.glob("*.pth"))
+
+
 AGENT_CTRL_C = '''
 import os
 import signal
@@ -95,9 +148,12 @@ from libai.hooks import Hook
 
 
 class AgentCtrlCHook(Hook):
-    """Rank 0 sends SIGINT to torchrun's agent (its parent) after iteration `at`, as a terminal's
-    Ctrl-C does (torchrun starts each worker in a session of its own: the terminal's signal
-    reaches the agent alone, which passes it on to every worker)."""
+    """Rank 0 presses Ctrl-C after iteration `at`: SIGINT to torchrun's process group, as a
+    terminal does (torchrun starts each worker in a session of its own: the signal reaches the
+    agent alone, which passes SIGINT on to every worker). Once this rank has it, the agent gets
+    the same Ctrl-C a second time, as from a wrapper in the terminal's group that relays signals
+    to its child (or a second press): the agent, waiting for its workers, then sends them SIGTERM
+    within milliseconds."""
 
     priority = "LOWEST"
 
@@ -106,7 +162,12 @@ class AgentCtrlCHook(Hook):
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
         if runner.rank == 0 and runner.iter + 1 == self.at:
-            os.kill(os.getppid(), signal.SIGINT)
+            agent = os.getppid()
+            os.killpg(os.getpgid(agent), signal.SIGINT)
+            deadline = time.monotonic() + 30
+            while not runner.stop_request.received and time.monotonic() < deadline:
+                time.sleep(0.01)  # the agent has passed it on: it now waits for its workers
+            os.kill(agent, signal.SIGINT)
 
     def before_save_checkpoint(self, runner, checkpoint=None):
         if checkpoint["meta"]["iter"] >= self.at:
@@ -114,26 +175,41 @@ class AgentCtrlCHook(Hook):
 '''
 
 
-def test_ctrl_c_under_torchrun_saves_the_step_on_every_rank(tmp_path, run_process):
-    """torchrun passes a terminal's Ctrl-C on to its workers once: they agree on a step, write
-    its checkpoint and stop, while the agent waits for them."""
+def test_one_ctrl_c_under_torchrun_saves_the_step_on_every_rank(tmp_path, torchrun):
+    """One Ctrl-C reaches torchrun's process group: the workers get SIGINT, and SIGTERM right
+    after it when the agent gets the Ctrl-C twice. Either way they agree on a step, write its
+    checkpoint and stop, while the agent waits for them: the SIGTERM is the same request."""
     from test_preemption_ddp import CONFIG
 
     (tmp_path / "agent_ctrl_c.py").write_text(AGENT_CTRL_C)
     config = tmp_path / "cfg.py"
     config.write_text(CONFIG.format(n=12, hooks=[dict(type="agent_ctrl_c.AgentCtrlCHook", at=5)]))
     work = tmp_path / "w"
-    # torchrun as a terminal's job, in a session of its own (the torchrun fixture cannot say
-    # start_new_session), so that the agent's SIGINT reaches no one else
-    run = run_process(*TORCHRUN, "--nproc_per_node=2", "--monitor-interval", "0.1", rh.TRAIN_TOOL,
-                      config, "--work-dir", work, env=rh.pythonpath(tmp_path), timeout=300,
-                      start_new_session=True)
+    # torchrun as a terminal's job: a process group (and session) of its own
+    run = torchrun(2, rh.TRAIN_TOOL, config, "--work-dir", work, env=rh.pythonpath(tmp_path),
+                   launcher=("--monitor-interval", "0.1"), timeout=300, start_new_session=True)
     log = run.output
     assert run.returncode != 0
+    assert "closing signal SIGINT" in log and "closing signal SIGTERM" in log, log[-5000:]
     assert "second signal" not in log, log[-5000:]
     stopped = re.findall(r"Stopped by SIGINT at iteration (\d+) of 12: checkpoint", log)
     assert len(stopped) == 2 and stopped[0] == stopped[1], log[-5000:]  # the ranks agree
     assert log.count("libai: Ctrl-C: finishing this step") == 1  # rank 0 says it, once
+    assert log.count("the same request passed on again") == 1
     at = int(stopped[0])
     ckpt = load_checkpoint(work / f"iter_{at}.pth")  # complete: the manifest verifies
     assert at >= 5 and ckpt["loop"]["iter"] == at and len(ckpt["rng"]) == 2
+
+
+def test_ctrl_c_while_the_run_is_built_says_nothing_was_trained(tmp_path, run_tool, monkeypatch):
+    """Ctrl-C before train() installs its handler (Runner.from_cfg, the test set): the same line
+    as above, not "checkpoints written so far are complete"."""
+    from libai.cli import train
+
+    def pressed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train.Runner, "from_cfg", pressed)
+    out = run_tool("tools/train.py", "configs/digits_mlp.py", "--work-dir", tmp_path / "w")
+    assert out.returncode == 130
+    assert out.stderr.strip() == "interrupted before training started; nothing to save (Ctrl-C)."

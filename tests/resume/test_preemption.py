@@ -11,6 +11,7 @@ import os
 import runpy
 import signal
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -31,16 +32,19 @@ class SignalAtHook(Hook):
     """Send ``signame`` to this process ``times`` times at one moment of iteration ``at``:
     'step' between backward and the optimizer step, 'val' after the second batch of the
     validation at ``at``, 'save' when the checkpoint of ``at`` is being written, 'start' before
-    the first step."""
+    the first step. ``gap`` seconds pass before each: a signal within SAME_REQUEST_S of the
+    first is the same request relayed again, a later one is a second request."""
 
     priority = "LOWEST"
 
-    def __init__(self, moment: str, at: int = 0, signame: str = "SIGTERM", times: int = 1):
-        self.moment, self.at, self.times = moment, at, times
+    def __init__(self, moment: str, at: int = 0, signame: str = "SIGTERM", times: int = 1,
+                 gap: float = 0.0):
+        self.moment, self.at, self.times, self.gap = moment, at, times, gap
         self.signum = getattr(signal, signame)
 
     def _send(self) -> None:
         for _ in range(self.times):
+            time.sleep(self.gap)
             os.kill(os.getpid(), self.signum)
 
     def before_train(self, runner: Any) -> None:
@@ -191,8 +195,9 @@ runpy.run_path({tool!r}, run_name="__main__")
 
 
 def test_second_signal_exits_at_once_and_keeps_the_last_checkpoint(tmp_path, run_process):
-    """Two SIGTERMs while the stop checkpoint is being written: the process ends at once with
-    143, writes no checkpoint of that iteration, and the one before stays complete and named."""
+    """A second SIGTERM (over SAME_REQUEST_S after the first) while the stop checkpoint is being
+    written: the process ends at once with 143, writes no checkpoint of that iteration, and the
+    one before stays complete and named."""
     cfg_file, driver = tmp_path / "cfg.py", tmp_path / "driver.py"
     cfg = config(tmp_path / "w")
     cfg.pop("val_dataloader"), cfg.pop("val_evaluator"), cfg.pop("val_cfg")
@@ -202,7 +207,7 @@ def test_second_signal_exits_at_once_and_keeps_the_last_checkpoint(tmp_path, run
     out = run_process(
         driver, cfg_file, "--cfg-options",
         "+custom_hooks=[{'type':'SignalAtHook','moment':'step','at':6},"
-        "{'type':'SignalAtHook','moment':'save','at':6}]", timeout=120)
+        "{'type':'SignalAtHook','moment':'save','at':6,'gap':1.2}]", timeout=120)
     assert out.returncode == 143, out.stderr[-3000:]
     assert "second signal (SIGTERM): exiting at once with status 143" in out.stderr
     assert "Traceback" not in out.stderr and "Stopped by" not in out.stderr

@@ -1,6 +1,6 @@
 """Several runs in one work dir: `--resume` and `analyze_logs` follow the latest run, not the one
-that went furthest, and a refused `--resume` attempt (its folder holds a log and no step) hides
-nothing."""
+that went furthest; a refused `--resume` attempt leaves nothing, and a run folder that logged no
+step (a run killed while it was being built) hides nothing."""
 
 import pytest
 
@@ -36,10 +36,15 @@ def test_resume_and_analyze_logs_follow_the_latest_run(tmp_path, capsys):
     assert latest == work / "iter_10.pth"
     assert load_checkpoint(latest)["meta"]["run_folder"] == run_folders(str(work))[1].split("/")[-1]
 
-    # refused: resuming with another schedule; its run folder keeps the log of why, and no step
+    # refused: resuming with another schedule; nothing written (docs/reliability.md)
     with pytest.raises(ConfigError, match="Resuming would change the schedule"):
         train(config(work, 40, resume=True))
-    assert len(run_folders(str(work))) == 3
+    assert len(run_folders(str(work))) == 2
+    # a run killed while it was being built: its folder holds a log and no step
+    started = work / "29990101_000000"
+    started.mkdir()
+    (started / "29990101_000000.log").write_text(
+        "INFO Derived: iterations per epoch 8, max iterations 40\n")
 
     capsys.readouterr()
     assert analyze_logs(["summary", str(work)]) == 0

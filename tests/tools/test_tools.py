@@ -44,7 +44,7 @@ def test_train_and_test_tools_as_processes(run_process, tmp_path):
     dump = tmp_path / "test" / "preds.pt"
     out = run_process("tools/test.py", QUICK, work / "iter_300.pth", "--work-dir",
                       tmp_path / "test", "--dump", dump).check()
-    acc = float(re.search(r"Test metrics: test/accuracy: ([0-9.]+)", out.output)[1])
+    acc = float(re.search(r"Test \(iteration 300\)  test/accuracy: ([0-9.]+)", out.output)[1])
     assert acc > 0.85, acc  # 300 iterations, on the held-out test split
     assert "Test (iteration 300)" in out.output  # the checkpoint's iteration
     preds = torch.load(dump)  # the held-out test split: 15% of the 1,797 images
@@ -54,6 +54,23 @@ def test_train_and_test_tools_as_processes(run_process, tmp_path):
     wait_for_plots(str(work))  # the plots come from a background process, a second or so later
     assert os.path.getsize(run_dir / "plots" / "loss.png") > 1000
     assert os.path.getsize(run_dir / "plots" / "overview.png") > 1000
+
+
+def test_test_tool_logs_beside_the_checkpoint_and_says_the_metrics_once(run_tool, tmp_path):
+    """tools/test.py's run folder goes into the work dir holding the checkpoint, not into the
+    config's work dir (work_dirs/digits_mlp of the working directory); the metrics are one line."""
+    work = tmp_path / "mine"
+    run_tool("tools/train.py", QUICK, "--work-dir", work, "--cfg-options", "train_cfg.max_iters=2",
+             "default_hooks.checkpoint.save_best=None", "+default_hooks.logger.plot=False",
+             cwd=tmp_path).check()
+    before = set(os.listdir(work))
+    out = run_tool("tools/test.py", QUICK, work / "iter_2.pth", "--cfg-options",
+                   "+default_hooks.logger.plot=False", cwd=tmp_path).check()
+    assert not (tmp_path / "work_dirs").exists()
+    (folder,) = set(os.listdir(work)) - before
+    log = (work / folder / f"{folder}.log").read_text()
+    assert "Test (iteration 2)  test/accuracy" in log
+    assert out.stdout.count("test/accuracy") == 1, out.stdout
 
 
 def test_typo_in_cfg_options_is_one_line_with_suggestion(run_tool, tmp_path):

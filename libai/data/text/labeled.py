@@ -85,17 +85,33 @@ class LabeledTextDataset(Dataset):
                  text_pair_key: str | None = "text_pair", label_key: str = "label",
                  classes: Sequence[str] | None = None, max_seq_length: int = 128,
                  fmt: str = "auto", label_sep: str = ",") -> None:
-        if task not in TASKS:
-            raise ConfigError(f"LabeledTextDataset: task={task!r} is unknown."
-                              f"{did_you_mean(str(task), TASKS)} Choose from {', '.join(TASKS)}.")
         if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) \
                 or max_seq_length < 4:
             raise ConfigError(f"LabeledTextDataset: max_seq_length must be an int >= 4, got "
                               f"{max_seq_length!r}.")
-        self.task, self.split, self.max_seq_length = task, split, max_seq_length
-        self.text_key, self.label_key, self.label_sep = text_key, label_key, label_sep
+        self.max_seq_length = max_seq_length
         self.tokenizer: TextTokenizer = resolve_tokenizer(tokenizer)
         self.name = data_files if isinstance(data_files, str) else "LabeledTextDataset"
+        records = self._read(data_files, split, task, text_key, text_pair_key, label_key,
+                             classes, fmt, label_sep)
+        self.items = self._encode(records)
+        self.lengths = np.array([len(item["input_ids"]) for item in self.items], dtype=np.int64)
+        self.metainfo = {"classes": self.classes, "task": task,
+                         "vocab_size": self.tokenizer.vocab_size, "max_seq_length": max_seq_length,
+                         "tokenizer": self.tokenizer.source,
+                         "collate_fn": "pad_collate"}  # items differ in length
+        print_log(f"{self.name} {split}: {len(self.items):,} samples, "
+                  f"{int(self.lengths.mean())} tokens on average; {self._counts_text()}")
+
+    def _read(self, data_files: Any, split: str, task: str, text_key: str,
+              text_pair_key: str | None, label_key: str, classes: Sequence[str] | None,
+              fmt: str, label_sep: str) -> list[dict[str, Any]]:
+        """The records of ``split``, their columns checked; sets the keys and the label map."""
+        if task not in TASKS:
+            raise ConfigError(f"LabeledTextDataset: task={task!r} is unknown."
+                              f"{did_you_mean(str(task), TASKS)} Choose from {', '.join(TASKS)}.")
+        self.task, self.split = task, split
+        self.text_key, self.label_key, self.label_sep = text_key, label_key, label_sep
         records = _load(data_files, split, fmt)
         self.text_pair_key = text_pair_key if text_pair_key in records[0] else None
         _check_columns(records, [text_key, label_key] + [self.text_pair_key] * bool(self.text_pair_key))
@@ -107,20 +123,49 @@ class LabeledTextDataset(Dataset):
             train = records if split == "train" or not isinstance(data_files, Mapping) \
                 else _load(data_files, "train", fmt)
             self.classes = label_map(self._raw_labels(train), task)
-        self.items = self._encode(records)
-        self.lengths = np.array([len(item["input_ids"]) for item in self.items], dtype=np.int64)
-        self.metainfo = {"classes": self.classes, "task": task,
-                         "vocab_size": self.tokenizer.vocab_size, "max_seq_length": max_seq_length,
-                         "tokenizer": self.tokenizer.source,
-                         "collate_fn": "pad_collate"}  # items differ in length
-        print_log(f"{self.name} {split}: {len(self.items):,} samples, "
-                  f"{int(self.lengths.mean())} tokens on average; {self._counts_text()}")
+        return records
+
+    @classmethod
+    def check_files(cls, data_files: Any, split: str = "train", task: str = "classification",
+                    text_key: str = "text", text_pair_key: str | None = "text_pair",
+                    label_key: str = "label", classes: Sequence[str] | None = None,
+                    fmt: str = "auto", label_sep: str = ",", **_: Any) -> dict[str, Any]:
+        """Read ``split``'s file and check it as building the dataset would (columns, labels,
+        one tag per word), without the tokenizer: the runner calls it for every split before
+        it builds the model. Takes the dataset's arguments (the others are ignored).
+
+        Returns:
+            ``{"classes": the label map (None for regression), "task": task}``.
+
+        Raises:
+            ConfigError, DataError: as building the dataset would.
+        """
+        self = cls.__new__(cls)
+        for record in self._read(data_files, split, task, text_key, text_pair_key, label_key,
+                                 classes, fmt, label_sep):
+            if task == "token_classification":
+                self._word_tags(record)
+            else:
+                self._target(record)
+        return {"classes": self.classes, "task": task}
 
     def __len__(self) -> int:
         return len(self.items)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         return self.items[index]
+
+    def get_cat_ids(self, index: int) -> list[int]:
+        """The class ids of sample ``index`` (mmengine's name): its label, its labels
+        (multi-label), its distinct tags (tokens); none for regression. A limited evaluation
+        samples by them (libai.loops.eval_sample)."""
+        labels = self.items[index]["labels"]
+        if self.task == "regression":
+            return []
+        if self.task == "multi_label":
+            return np.flatnonzero(labels).tolist()
+        ids = np.atleast_1d(labels)
+        return sorted(set(ids[ids != _IGNORE].tolist()))
 
     # ---------------------------------------------------------------------------- labels
     def _raw_labels(self, records: list[dict[str, Any]]) -> list[tuple[Any, str]]:
@@ -197,13 +242,22 @@ class LabeledTextDataset(Dataset):
         """Token ids framed with the specials and truncated (:func:`frame_ids`)."""
         return frame_ids(self.tokenizer, a, b, self.max_seq_length)
 
-    def _encode_words(self, record: dict[str, Any]) -> dict[str, Any]:
+    def _word_tags(self, record: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+        """The words of a token-classification record and their tags, one per word, each a
+        training label."""
         words = _as_list(record[self.text_key], None)
         tags = _as_list(record[self.label_key], None)
         where = record["_where"]
         if len(words) != len(tags):
             raise DataError(f"{where}: {len(words)} words but {len(tags)} tags in "
                             f"'{self.label_key}': give one tag per word.")
+        for tag in tags:
+            self._label_id(tag, where)
+        return words, tags
+
+    def _encode_words(self, record: dict[str, Any]) -> dict[str, Any]:
+        words, tags = self._word_tags(record)
+        where = record["_where"]
         enc = self.tokenizer.backend.encode([str(w) for w in words], is_pretokenized=True,
                                             add_special_tokens=False)
         ids, labels, previous = [], [], None

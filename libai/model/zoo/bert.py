@@ -267,6 +267,14 @@ class BertForPreTraining(nn.Module):
         """What every block takes besides the hidden state: the padding mask."""
         return {"attn_mask": key_padding_mask(batch.get("attention_mask"))}  # (B, 1, 1, S)
 
+    def why_no_output(self, key: str) -> str | None:
+        """Why eval mode returns no ``key``: the sentence head is off (``second_head=None``)."""
+        if key.startswith(("nsp_", "sop_")) and self.second_head is None:
+            return (f"The model has no sentence head (model.second_head=None), so it returns no "
+                    f"'{key}': set model.second_head='nsp' or 'sop', or remove the metric that "
+                    f"reads '{key}'.")
+        return None
+
     def count_items(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The ``num_items`` of a training batch (the masked tokens), from the batch alone."""
         return lm_items(batch, "mlm_labels", "mlm_loss")

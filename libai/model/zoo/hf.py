@@ -33,7 +33,7 @@ from libai.registry import MODELS
 from libai.utils.errors import CheckpointError, ConfigError
 
 from ..steps import unwrap_model
-from .hf_mapping import SHAPE_ARGS, hf_to_libai, libai_to_hf
+from .hf_mapping import HF_FAMILIES, SHAPE_ARGS, hf_to_libai, libai_to_hf
 from .hf_tokenizer import tokenizer_files
 
 __all__ = ["from_hf_pretrained", "hf_state_dict_for", "hf_to_libai", "is_hf_folder",
@@ -275,7 +275,7 @@ def hf_state_dict_for(model: nn.Module, folder: str | os.PathLike) -> State:
     return state
 
 
-_FAMILIES = {"bert": "BERT", "gpt2": "GPT-2", "llama": "Llama", "roberta": "RoBERTa"}
+_FAMILIES = HF_FAMILIES
 
 
 def _dims(kwargs: dict[str, Any]) -> dict[str, Any]:

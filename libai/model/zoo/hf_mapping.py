@@ -29,7 +29,7 @@ from .bert import BertModel
 from .bert_heads import BertForSequenceClassification, BertForTokenClassification
 from .gpt import GPTForSequenceClassification, GPTModel
 
-__all__ = ["SHAPE_ARGS", "hf_to_libai", "libai_to_hf"]
+__all__ = ["HF_FAMILIES", "SHAPE_ARGS", "check_hf_export", "hf_to_libai", "libai_to_hf"]
 
 State = dict[str, torch.Tensor]
 _ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
@@ -263,6 +263,27 @@ def _gpt2_pairs(num_layers: int, hf: str, ours: str) -> list[tuple[str, str, boo
 
 
 # ----------------------------------------------------------------------------- libai -> HF
+#: The model families with a Hugging Face equivalent (``hf_model_type`` -> name).
+HF_FAMILIES = {"bert": "BERT", "gpt2": "GPT-2", "llama": "Llama", "roberta": "RoBERTa"}
+
+
+def check_hf_export(model: nn.Module) -> str:
+    """``model``'s Hugging Face model type (its ``hf_model_type``).
+
+    Raises:
+        CheckpointError: The model has none; the message names the families that export.
+    """
+    model = unwrap_model(model)
+    kind = getattr(model, "hf_model_type", None)
+    if kind is None:
+        raise CheckpointError(
+            f"{type(model).__name__} has no Hugging Face equivalent: libai exports its "
+            f"{', '.join(list(HF_FAMILIES.values())[:-1])} and {list(HF_FAMILIES.values())[-1]} "
+            f"models (and their classifiers) only; use the libai checkpoint as it is "
+            f"(load_from, tools/test.py)")
+    return kind
+
+
 def libai_to_hf(model: nn.Module, label_names: Sequence[str] | None = None
                 ) -> tuple[dict[str, Any], State]:
     """The Hugging Face ``config.json`` dict and state dict of a libai BERT or GPT-2 model.
@@ -276,15 +297,13 @@ def libai_to_hf(model: nn.Module, label_names: Sequence[str] | None = None
             ``label2id``. Defaults to None: ``LABEL_0``, ``LABEL_1``...
 
     Raises:
-        CheckpointError: The model has no Hugging Face equivalent (not BERT/GPT-2, pre_norm BERT).
+        CheckpointError: The model has no Hugging Face equivalent (:func:`check_hf_export`; a
+            pre_norm BERT).
         ConfigError: ``label_names`` for a model without classes, or not one distinct name per
             class.
     """
     model = unwrap_model(model)
-    kind = getattr(model, "hf_model_type", None)
-    if kind is None:
-        raise CheckpointError(f"{type(model).__name__} has no Hugging Face export: only libai's "
-                              f"BERT and GPT-2 models have one")
+    kind = check_hf_export(model)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     config, out = _translator(kind, "to_hf")(model, model.config, state)
     config.update(_label_config(model, label_names))

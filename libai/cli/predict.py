@@ -141,7 +141,8 @@ def main(argv=None, prog=None):
         if words is not None:
             logits, words = logits[first], words[: len(first)]
         line, record = _describe(task, logits, classes, args.top_k, words)
-        print(f"{line}\t{text if len(text) <= 70 else text[:67] + '...'}")
+        shown = " ".join(text.split())  # one line per input: a field's line breaks (--out keeps them)
+        print(f"{line}\t{shown if len(shown) <= 70 else shown[:67] + '...'}")
         rows.append({"text": text, **({"text_pair": pair} if pair else {}), **record})
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:

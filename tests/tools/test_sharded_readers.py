@@ -83,3 +83,22 @@ def test_predict_reads_a_sharded_checkpoint(run_tool, tmp_path):
     got = run_tool("tools/predict.py", config, sharded, passage, "--top-k", "3")
     assert got.returncode == 0, got.stderr
     assert got.stdout == want.stdout
+
+
+def test_predict_file_keeps_a_fields_line_breaks_and_prints_one_line_per_input(run_tool, tmp_path):
+    """``predict --file``: a quoted CSV field with line breaks reaches the model and --out whole
+    (records.py reads over the file); the printed line shows it on one line."""
+    import json
+
+    config, whole, _ = whole_and_sharded(
+        run_tool, tmp_path, f'_base_ = "{ROOT}/configs/bert_tiny_genre.py"\n'
+        'model = dict(num_classes=3, num_layers=1)\n',
+        meta={"dataset_meta": {"classes": ["comedy", "history", "tragedy"]}})
+    verse = "A tedious brief scene of young Pyramus\nAnd his love Thisbe"
+    (tmp_path / "verse.csv").write_text(f'text,label\n"{verse}",comedy\nplain,tragedy\n')
+    out = run_tool("tools/predict.py", config, whole, "--file", tmp_path / "verse.csv",
+                   "--out", tmp_path / "p.jsonl").check()
+    assert out.stdout.splitlines()[0].endswith("\tA tedious brief scene of young Pyramus And his "
+                                               "love Thisbe")
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [r["text"] for r in rows] == [verse, "plain"]

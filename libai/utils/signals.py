@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterable
@@ -121,6 +122,95 @@ def parse_preemption(value: Any, path: str = "preemption") -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+_WAKEUP_FDS: set[int] = set()  # the wakeup fds this process's _Arrivals set
+
+
+def _forget_wakeup_fd_in_child() -> None:
+    """A forked child (a data loader worker) inherits the wakeup fd: the Ctrl-C that reaches the
+    whole process group would be stamped once per worker. Give the child none of ours."""
+    if not _WAKEUP_FDS:
+        return
+    try:
+        previous = signal.set_wakeup_fd(-1)
+        if previous not in _WAKEUP_FDS:
+            signal.set_wakeup_fd(previous)  # not ours: leave it
+    except ValueError:  # forked from another thread than the main one
+        pass
+    _WAKEUP_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_wakeup_fd_in_child)
+
+
+class _Arrivals:
+    """When each signal reached the process. Python runs a handler in the main thread between
+    bytecodes, so a handler can run long after its signal came: while the main thread waits in a
+    collective (a rank finishing its step waits for the others) a relayed SIGTERM 10 ms after
+    SIGINT would look a second late. The C-level handler writes the signal's number to the
+    wakeup fd at once (``signal.set_wakeup_fd``); a thread stamps each byte as it comes. Where
+    someone else holds the wakeup fd (an event loop), :meth:`at` has no stamps and the handler
+    times the signal itself."""
+
+    def __init__(self) -> None:
+        self.stamps: list[tuple[int, float]] = []  # (signal number, time.monotonic), in order
+        self._pair: tuple[socket.socket, socket.socket] | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.stamps.clear()
+        r, w = socket.socketpair()
+        w.setblocking(False)
+        try:
+            previous = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            r.close(), w.close()
+            return
+        if previous != -1:  # another's (asyncio): give it back, time in the handler instead
+            signal.set_wakeup_fd(previous)
+            r.close(), w.close()
+            return
+        self._pair = (r, w)
+        _WAKEUP_FDS.add(w.fileno())
+        self._thread = threading.Thread(target=self._stamp, args=(r,), daemon=True,
+                                        name="libai-signal-arrivals")
+        self._thread.start()
+
+    def _stamp(self, r: socket.socket) -> None:
+        while True:
+            try:
+                data = r.recv(64)
+            except OSError:
+                return
+            if not data:  # stop() shut it down
+                return
+            now = time.monotonic()
+            self.stamps.extend((signum, now) for signum in data)
+
+    def times(self, signums: tuple[int, ...]) -> list[float]:
+        """The arrival times of ``signums`` stamped so far, in order."""
+        return [t for signum, t in list(self.stamps) if signum in signums]
+
+    def stop(self) -> None:
+        if self._pair is None:
+            return
+        r, w = self._pair
+        self._pair = None
+        _WAKEUP_FDS.discard(w.fileno())
+        try:
+            if signal.set_wakeup_fd(-1) != w.fileno():  # replaced meanwhile: put it back
+                signal.set_wakeup_fd(signal.set_wakeup_fd(-1))
+        except ValueError:  # not the main thread: the process is ending anyway
+            pass
+        w.close()  # forked children (data loader workers) may hold it open too: so also
+        try:       # shut the reading end down, which wakes the thread's recv at once
+            r.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+        r.close()
+
+
 class StopRequest:
     """Records the first of ``signals``; :meth:`poll` reports it, agreed across ranks.
 
@@ -138,6 +228,8 @@ class StopRequest:
         self._announce = True  # rank 0 says what a Ctrl-C does
         self._group: Any = None
         self._distributed = False
+        self._arrivals = _Arrivals()
+        self._handled = 0
 
     @property
     def installed(self) -> bool:
@@ -151,9 +243,11 @@ class StopRequest:
         if threading.current_thread() is not threading.main_thread():
             return False
         self.received = 0
+        self._handled = 0  # handler calls since install (several signals can make one)
         self._training = False
         self._owner = os.getpid()
         self._announce = dist.get_rank() == 0
+        self._arrivals.start()
         for signum in self.signals:
             self._previous[signum] = signal.signal(signum, self._handle)
         self._distributed = dist.get_world_size() > 1
@@ -167,17 +261,24 @@ class StopRequest:
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         self._previous.clear()
+        self._arrivals.stop()
 
     def _handle(self, signum: int, frame: Any) -> None:
         # Only a flag: the loops act on it where stopping is safe.
         if os.getpid() != self._owner:
             return  # a forked child (a data loader worker, same terminal): the main process acts
-        now = time.monotonic()
+        handled = time.monotonic()
+        self._handled += 1
+        came = self._arrivals.times(self.signals)  # may lag: the thread stamps when it runs
         if self.received:
-            if now - self._received_at < SAME_REQUEST_S:  # relayed again, not a second request
+            # this signal's arrival is the latest stamp once there are as many as handlers run
+            now = came[-1] if len(came) >= self._handled else handled
+            first = min(self._received_at, came[0]) if came else self._received_at
+            if now - first < SAME_REQUEST_S:  # relayed again, not a second request
                 if self._announce:
-                    first, name = signal.Signals(self.received).name, signal.Signals(signum).name
-                    os.write(2, f"libai: {name} {now - self._received_at:.2f} s after {first}: "
+                    first_name = signal.Signals(self.received).name
+                    name = signal.Signals(signum).name
+                    os.write(2, f"libai: {name} {now - first:.2f} s after {first_name}: "
                                 f"the same request passed on again (a launcher relaying it); "
                                 f"still finishing this step and saving it.\n".encode())
                 return
@@ -188,7 +289,7 @@ class StopRequest:
             os._exit(exit_status(signum))
         if signum == signal.SIGINT and not self._training:
             raise InterruptedBeforeTraining  # nothing trained yet: stop at once, as Python would
-        self.received, self._received_at = signum, now
+        self.received, self._received_at = signum, came[0] if came else handled
         if signum == signal.SIGINT and self._announce:  # a person waits: say what happens
             os.write(2, b"libai: Ctrl-C: finishing this step and saving it, then stopping; press "
                         b"Ctrl-C again to exit at once without saving.\n")

@@ -66,7 +66,8 @@ def test_second_ctrl_c_exits_at_once(tmp_path, run_process):
 
 def test_a_forked_data_loader_worker_leaves_ctrl_c_to_the_main_process():
     """A terminal's Ctrl-C reaches the whole process group; forked workers inherit the handler,
-    which must neither print nor record there (nor exit on a second one)."""
+    which must neither print nor record there (nor exit on a second one), and the wakeup fd,
+    which they must not write to (the main process would stamp their Ctrl-C as its own)."""
     import signal
 
     from libai.utils.signals import StopRequest
@@ -78,10 +79,11 @@ def test_a_forked_data_loader_worker_leaves_ctrl_c_to_the_main_process():
         if pid == 0:  # the worker
             os.kill(os.getpid(), signal.SIGINT)
             os.kill(os.getpid(), signal.SIGINT)
-            os._exit(0 if stop.received == 0 else 1)
+            os._exit(0 if stop.received == 0 and signal.set_wakeup_fd(-1) == -1 else 1)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         assert stop.poll() == 0  # the main process saw nothing
+        assert not stop._arrivals.times(stop.signals)  # nor stamped a Ctrl-C (SIGCHLD may be)
     finally:
         stop.uninstall()
 
@@ -213,3 +215,38 @@ def test_ctrl_c_while_the_run_is_built_says_nothing_was_trained(tmp_path, run_to
     out = run_tool("tools/train.py", "configs/digits_mlp.py", "--work-dir", tmp_path / "w")
     assert out.returncode == 130
     assert out.stderr.strip() == "interrupted before training started; nothing to save (Ctrl-C)."
+
+
+def test_a_relayed_signal_is_timed_by_its_arrival_not_by_its_handler():
+    """A rank waiting in a collective runs no Python handler until the collective returns: the
+    SIGTERM torchrun relays 10 ms after SIGINT reached the process in time, but its handler runs
+    1.5 s later. It is the same request (timed when it came, by the wakeup fd's stamps). In a
+    forked child, so that the old behaviour (os._exit(143)) ends the child, not the test."""
+    import signal
+    import threading
+    import time
+
+    from libai.utils.signals import StopRequest
+
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            stop = StopRequest(["SIGINT", "SIGTERM"])
+            stop.install()
+            stop.poll()  # training has started
+            os.kill(os.getpid(), signal.SIGINT)  # handled at once
+            time.sleep(0.05)
+            # the main thread in C for 1.5 s (as in a collective): SIGTERM blocked here reaches
+            # another thread, whose C handler stamps it; the Python handler waits for the main
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+            threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            time.sleep(1.5)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+            time.sleep(0.05)  # the handler runs here
+            status = 0 if stop.received == signal.SIGINT else 2
+            stop.uninstall()
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0  # 143: taken as a second request, exited

@@ -61,7 +61,7 @@ class EventFileWriter:
         self._event, self._summary = Event, Summary
         os.makedirs(log_dir, exist_ok=True)
         name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
-                f"{os.getpid()}.{next(_file_ids)}")
+                f"{os.getpid():07d}.{next(_file_ids):06d}")  # padded: file 10 sorts after 9
         self.path = os.path.join(log_dir, name)
         self._file: Any = open(self.path, "wb")  # noqa: SIM115 - closed in close()
         self.flush_secs = flush_secs

@@ -32,3 +32,21 @@ def test_events_and_purge_marker_read_back(tmp_path):
     loss = [(e.step, e.value) for e in events.Scalars("train/loss")]
     assert loss == [(1, 1.0), (2, 0.5), (3, pytest.approx(1 / 3)), (4, 14.0), (5, 15.0)]
     assert [e.step for e in events.Scalars("train/lr")] == [1, 2, 3]
+
+
+def test_files_of_one_second_sort_in_the_order_written(tmp_path, monkeypatch):
+    """TensorBoard reads a folder's event files in name order: the 10th writer of a process
+    (a long test worker, a sweep) must sort after the 9th, or a resumed run's purge marker
+    comes first and the purged steps come back."""
+    import itertools
+
+    from libai.visualization import tb_events
+
+    monkeypatch.setattr(tb_events, "_file_ids", itertools.count(9))
+    monkeypatch.setattr(tb_events.time, "time", lambda: 1_700_000_000.0)
+    paths = []
+    for _ in range(2):
+        writer = EventFileWriter(str(tmp_path))
+        paths.append(writer.path)
+        writer.close()
+    assert sorted(paths) == paths

@@ -26,6 +26,26 @@ torch.set_num_threads(1)
 # it, so it is asked here, before the fast-tier guard refuses processes
 platform.platform()
 
+# The device the tests' runs use: the one the runner picks (device="auto": CUDA where there is a
+# GPU). LIBAI_TEST_DEVICE=cpu hides the GPUs from the whole suite; =cuda requires one. A test whose
+# claim is about the CPU says device="cpu"; one that checks the math compares on `test_device`
+# with the tolerance that device's kernels need; CUDA-only checks carry the `gpu` marker.
+_ASKED_DEVICE = os.environ.get("LIBAI_TEST_DEVICE", "auto")
+if _ASKED_DEVICE not in ("auto", "cpu", "cuda"):
+    raise pytest.UsageError(f"LIBAI_TEST_DEVICE={_ASKED_DEVICE!r}: use auto, cpu or cuda.")
+if _ASKED_DEVICE == "cpu":
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before anything initialises CUDA
+elif _ASKED_DEVICE == "cuda" and not torch.cuda.is_available():
+    raise pytest.UsageError("LIBAI_TEST_DEVICE=cuda but torch sees no GPU here.")
+TEST_DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.fixture
+def test_device() -> torch.device:
+    """The device the runner picks in this suite (see TEST_DEVICE)."""
+    return TEST_DEVICE
+
+
 # A test that asks for one of these is slow (-m "not slow" leaves it out): each starts a process,
 # compiles with inductor or trains a shipped config. Marked here, by the fixture, never by hand;
 # the fast tier refuses the same things done without the fixture (_fast_tier_guard).
@@ -33,7 +53,10 @@ SLOW_FIXTURES = ("run_process", "torchrun", "spawn_ranks", "inductor", "shipped_
 
 
 def pytest_collection_modifyitems(config, items):
+    no_gpu = pytest.mark.skip(reason="a CUDA-only check (gpu marker): this machine has no GPU")
     for item in items:
+        if TEST_DEVICE.type != "cuda" and item.get_closest_marker("gpu") is not None:
+            item.add_marker(no_gpu)
         if item.path.suffix == ".md" or SLOW_FIXTURES_USED(item):
             item.add_marker(pytest.mark.slow)
     # The slow ones first, so that two workers do not end on one long test; a stable sort keeps

@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # and on tiny models threads only wait for each other.
 os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
+# cuBLAS reads its workspace setting at a process's first call, and the in-process runs share
+# one: set here, the deterministic runs of the resume proofs get it wherever they run on CUDA
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 # platform.platform() runs `uname -p` once and caches it; the runner's environment line asks for
 # it, so it is asked here, before the fast-tier guard refuses processes
 platform.platform()

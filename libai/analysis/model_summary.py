@@ -64,8 +64,6 @@ def count_step_flops(model: torch.nn.Module, batch: Any, device: torch.device,
         approximately), ``shapes`` (output shape per summary row) and the batch's ``samples``
         and ``tokens``.
     """
-    from torch.utils.flop_counter import FlopCounterMode
-
     from libai.hooks.throughput_hook import batch_reader
     from libai.model import make_train_step
     from libai.model.summary import flops_by_row, record_output_shapes
@@ -75,10 +73,14 @@ def count_step_flops(model: torch.nn.Module, batch: Any, device: torch.device,
     reader = batch_reader(batch)
     samples, tokens = reader(batch) if reader is not None else (0, 0)
     model.train()
-    counter = FlopCounterMode(display=False)
+    from libai.model.flops import flop_counter
+
+    counter = flop_counter()  # attention on every SDPA kernel, grouped-query included
     wrapper = BackwardOnly(counter)
     with record_output_shapes(model, depth) as shapes, counter:
         step(batch, wrapper)
+    if counter.failure is not None:  # the tool's one job: say so rather than undercount
+        raise RuntimeError(f"FLOPs unknown: counting the step failed in {counter.failure}")
     total = counter.get_total_flops()
     forward = wrapper.forward_flops if wrapper.forward_flops is not None else total
     rows = flops_by_row(model, wrapper.forward_counts or counter.get_flop_counts(), depth)

@@ -202,8 +202,11 @@ class ProfilerHook(Hook):
 
     def before_train_iter(self, runner: RunnerView, batch_idx: int = 0, data_batch: Any = None) -> None:
         if self._prof is None and not self._done and runner.iter >= self._start:
-            self._open(runner)
             self.disable_stage("before_train_iter")  # nothing more to do here
+            try:
+                self._open(runner)
+            except Exception as e:  # measuring must never end the run
+                self._lost(runner, "the profiler did not start", e)
 
     def after_train_iter(
         self, runner: RunnerView, batch_idx: int = 0, data_batch: Any = None, outputs: Any = None
@@ -218,7 +221,11 @@ class ProfilerHook(Hook):
                 warnings.filterwarnings("ignore", "Warning: Profiler clears events")
                 prof.step()
         else:
-            prof.step()  # may call _trace_ready: the cycle's last recorded iteration just ended
+            try:
+                prof.step()  # may call _trace_ready: the cycle's last recorded iteration ended
+            except Exception as e:  # measuring must never end the run
+                self._lost(runner, "the profiler failed", e)
+                return
         self._steps += 1
         if self._steps >= self.window:
             self._close(runner)
@@ -275,6 +282,10 @@ class ProfilerHook(Hook):
         recorded = bool(self._recorded)
         try:
             stack.close()  # profile.__exit__: stops it, fires on_trace_ready if it was recording
+        except Exception as e:  # measuring must never end the run
+            runner.logger.warning(f"Profile lost: the profiler failed to stop "
+                                  f"({type(e).__name__}: {e}); training goes on.")
+            recorded = True  # said once: no second "nothing written" line
         finally:
             self._prof = None
             self._retire()
@@ -284,6 +295,16 @@ class ProfilerHook(Hook):
                 f"profiler recorded any iteration (the first would have been "
                 f"{self._start + self.wait + self.warmup + 1}): nothing written."
             )
+
+    def _lost(self, runner: RunnerView, what: str, e: Exception) -> None:
+        """One warning line for a profiler that failed; stop it if it runs, and retire."""
+        runner.logger.warning(f"Profile lost: {what} ({type(e).__name__}: {e}); training "
+                              f"goes on.")
+        stack, self._stack, self._prof = self._stack, None, None
+        if stack is not None:
+            with contextlib.suppress(Exception):
+                stack.close()
+        self._retire()
 
     def _retire(self) -> None:
         """Off the per-iteration stages for the rest of the run."""
@@ -323,9 +344,12 @@ class ProfilerHook(Hook):
                     tensorboard_trace_handler(tb_dir, worker_name=f"rank{rank}")(prof)
                 written.append(f"TensorBoard trace in {tb_dir} (tensorboard --logdir {tb_dir}, "
                                f"with the torch-tb-profiler plugin)")
-        except OSError as e:  # a full disk must not end the training run
+        except Exception as e:  # a full disk (or an export that fails) must not end the run
             runner.logger.warning(f"ProfilerHook: could not write the trace: {e}")
-        table = prof.key_averages().table(sort_by=self.sort_by, row_limit=self.row_limit)
+        try:
+            table = prof.key_averages().table(sort_by=self.sort_by, row_limit=self.row_limit)
+        except Exception as e:  # the table is telemetry too
+            table = f"(no operator table: {type(e).__name__}: {e})"
         lines = [f"ProfilerHook: {_span(first, last)} (rank {rank}), top {self.row_limit} "
                  f"operators by {self.sort_by}:", table, *written]
         runner.logger.info("\n".join(lines))

@@ -147,7 +147,10 @@ class ThroughputHook(Hook):
       for it; a resumed run takes the count from its checkpoint and counts nothing (an op
       that FlopCounterMode decomposes, such as ``silu``'s backward, computes ~1e-9 apart in
       the counted step). Under graph mode (GraphOptimWrapper, ``compile=``) it does not count and says
-      FLOPs are unknown: ``tools/model_summary.py`` counts the same step eagerly.
+      FLOPs are unknown: ``tools/model_summary.py`` counts the same step eagerly. Counting
+      cannot end the run: a counter that fails logs one warning (``FLOPs unknown: ...``) and the
+      run trains on without TFLOP/s or MFU. Attention is counted on every SDPA kernel, the CPU's
+      and grouped-query attention's included (:mod:`libai.model.flops`).
     - At each LoggerHook interval it adds to that iteration's logged values, so they appear in
       the log line (formatted for reading: ``3,323 samples/s  7.12 TFLOP/s  MFU 41.2%``), the
       message hub (``train/<name>``), scalars.jsonl and TensorBoard (full values):
@@ -282,20 +285,38 @@ class ThroughputHook(Hook):
         if not self._armed:
             return
         self._armed = False
-        from torch.utils.flop_counter import FlopCounterMode
+        from libai.model.flops import flop_counter
 
-        self._counter = FlopCounterMode(display=False)
-        self._counter.__enter__()
+        counter = flop_counter()  # its formulas cannot raise into the step (counter.failure)
+        try:
+            counter.__enter__()
+        except Exception as e:  # measuring must never end the run: the count is what is lost
+            self._flops_unknown(runner, f"the counter did not start ({type(e).__name__}: {e})")
+            return
+        self._counter = counter
 
-    def _stop_counting(self) -> int | None:
+    def _flops_unknown(self, runner: RunnerView, why: str) -> None:
+        """The one warning line of a count that failed; training goes on without TFLOP/s, MFU."""
+        runner.logger.warning(f"FLOPs unknown: {why}; the log lines show no TFLOP/s or MFU.")
+
+    def _stop_counting(self) -> tuple[int | None, str | None]:
+        """Leave the mode: (the total, None), or (None, why counting failed); (None, None)
+        when nothing was being counted. Never raises: measuring must not end the run."""
         counter, self._counter = self._counter, None
         if counter is None:
-            return None
-        counter.__exit__(None, None, None)
-        return counter.get_total_flops()
+            return None, None
+        try:
+            counter.__exit__(None, None, None)
+        except Exception as e:
+            return None, f"the counter failed to stop ({type(e).__name__}: {e})"
+        if counter.failure is not None:
+            return None, f"counting the first step failed in {counter.failure}"
+        return counter.get_total_flops(), None
 
     def _first_step_done(self, runner: RunnerView, data_batch: Any) -> None:
-        flops = self._stop_counting()
+        flops, why = self._stop_counting()
+        if why is not None:
+            self._flops_unknown(runner, why)
         if flops is None:
             return
         reader = batch_reader(data_batch)

@@ -65,9 +65,12 @@ def seed_everything(randomness: dict, rank: int | None = None) -> int:
     """Seed python, numpy and torch; return the seed used (drawn and shared if none is set).
 
     ``randomness=dict(seed=None, deterministic=False, diff_rank_seed=False)``: with
-    ``diff_rank_seed`` each rank uses ``seed + rank``; ``deterministic`` asks torch for
-    deterministic kernels (slower on GPU). ``rank`` is the data-parallel rank (tensor-parallel
-    peers must draw the same numbers). Defaults to None: the process's rank.
+    ``diff_rank_seed`` each rank uses ``seed + rank``; ``deterministic`` turns on what a
+    bit-identical resume on CUDA needs (docs/reliability.md; slower on GPU): deterministic
+    kernels, cuBLAS's fixed workspace and cuDNN without autotuning. It is called before the model
+    is built, so before the process's first cuBLAS call, which reads the workspace setting.
+    ``rank`` is the data-parallel rank (tensor-parallel peers must draw the same numbers).
+    Defaults to None: the process's rank.
     """
     for key in randomness:
         if key not in _RANDOMNESS_KEYS:
@@ -81,6 +84,7 @@ def seed_everything(randomness: dict, rank: int | None = None) -> int:
     np.random.seed(rank_seed % 2**32)
     torch.manual_seed(rank_seed)
     if randomness.get("deterministic"):
+        # a value of the user's own (":16:8", the other deterministic one) is kept
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.deterministic = True

@@ -23,10 +23,11 @@ import os
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from libai.registry import LOG_BACKENDS
+
+from .histogram import Histogram
 
 __all__ = [
     "BaseLogBackend",
@@ -93,49 +94,6 @@ class BaseLogBackend:
         them."""
 
 
-@dataclass
-class Histogram:
-    """Equal-width buckets of the finite values of a tensor (non-finite values are left out).
-
-    Attributes:
-        counts: Values per bucket.
-        edges: Bucket edges, one more than ``counts``; ``edges[0] == min`` and
-            ``edges[-1] == max`` except for constant values (then ``min - 0.5 .. max + 0.5``).
-        min, max, num, sum, sum_squares: Of the finite values.
-    """
-
-    counts: list[float]
-    edges: list[float]
-    min: float
-    max: float
-    num: int
-    sum: float
-    sum_squares: float
-
-    @classmethod
-    def of(cls, values: Any, bins: int = 64) -> Histogram | None:
-        """Bucket ``values`` (a tensor, computed on its device; or anything ``torch.as_tensor``
-        takes). Returns None when there is no finite value."""
-        import torch
-
-        if isinstance(values, Histogram):
-            return values
-        t = values.detach() if isinstance(values, torch.Tensor) else torch.as_tensor(values)
-        t = t.flatten()
-        t = t.double() if t.dtype == torch.float64 else t.float()
-        finite = torch.isfinite(t)
-        if not bool(finite.all()):
-            t = t[finite]
-        if t.numel() == 0:
-            return None
-        lo_t, hi_t = torch.aminmax(t)
-        lo, hi, total, squares = torch.stack([lo_t, hi_t, t.sum(), torch.dot(t, t)]).tolist()
-        left, right = (lo - 0.5, hi + 0.5) if lo == hi else (lo, hi)
-        counts = torch.histc(t, bins=bins, min=left, max=right).tolist()
-        edges = [left + (right - left) * i / bins for i in range(bins)] + [right]
-        return cls(counts, edges, lo, hi, t.numel(), total, squares)
-
-
 def flatten_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Nested config dicts as one level of dotted keys, the form trackers filter and compare.
 
@@ -180,6 +138,7 @@ class _BatchedBackend(BaseLogBackend):
         self.flush_secs = flush_secs
         self._pending: list[tuple[int, float, dict[str, float]]] = []  # (step, wall time, row)
         self._flushed_at = time.monotonic()
+        self._lost = False  # a write failed: this backend is off for the rest of the run
 
     def _accepts(self) -> bool:
         """Whether rows are kept (False: the backend is off and drops them)."""
@@ -189,7 +148,7 @@ class _BatchedBackend(BaseLogBackend):
         raise NotImplementedError
 
     def add_scalars(self, scalars: dict[str, float], step: int) -> None:
-        if not self._accepts():
+        if self._lost or not self._accepts():
             return
         self._pending.append((int(step), time.time(), dict(scalars)))
         if time.monotonic() - self._flushed_at >= self.flush_secs:
@@ -197,9 +156,27 @@ class _BatchedBackend(BaseLogBackend):
 
     def flush(self) -> None:
         pending, self._pending = self._pending, []
-        if pending:
-            self._write_rows(pending)
+        if pending and not self._lost:
+            try:
+                self._write_rows(pending)
+            except Exception as e:  # a full disk, a tracker's server: measuring must not end
+                self._lose(f"scalars lost from step {pending[0][0]} on", e)  # the run
         self._flushed_at = time.monotonic()
+
+    def _lose(self, what: str, e: Exception) -> None:
+        """One warning line, then this backend writes no more (a second failure says nothing)."""
+        if not self._lost:
+            self._lost = True
+            _logger.warning(f"{type(self).__name__}: {what} ({type(e).__name__}: {e}); "
+                            f"training goes on.")
+
+    def _close_file(self, file: Any) -> None:
+        """Close ``file``; the error of a backend already lost (the same full disk) is not
+        said twice, and none is raised: the run has ended, a scalar file must not fail it."""
+        try:
+            file.close()
+        except Exception as e:
+            self._lose("the last scalars are lost", e)
 
 
 @LOG_BACKENDS.register_module()
@@ -271,8 +248,8 @@ class JsonlBackend(_BatchedBackend):
     def close(self) -> None:
         if self._file is not None:
             self.flush()
-            self._file.close()
-            self._file = None
+            file, self._file = self._file, None
+            self._close_file(file)
 
 
 _tb_warned = False
@@ -330,20 +307,23 @@ class TensorboardBackend(_BatchedBackend):
 
     def add_histogram(self, tag: str, values: Any, step: int) -> None:
         """A TensorBoard histogram (the HISTOGRAMS and DISTRIBUTIONS tabs) of ``values``."""
-        if self._writer is None:
+        if self._writer is None or self._lost:
             return
         hist = Histogram.of(values)
         if hist is None:
             return
         if self._pending:  # keep the file in step order
             self.flush()
-        self._writer.add_histogram(tag, hist, step)
+        try:
+            self._writer.add_histogram(tag, hist, step)
+        except Exception as e:  # measuring must not end the run
+            self._lose(f"histograms and scalars lost from step {step} on", e)
 
     def close(self) -> None:
         if self._writer is not None:
             self.flush()
-            self._writer.close()
-            self._writer = None
+            writer, self._writer = self._writer, None
+            self._close_file(writer)
 
 
 def log_run_config(
@@ -361,7 +341,14 @@ def log_run_config(
         return
     config = config.to_dict() if hasattr(config, "to_dict") else dict(config or {})
     for backend in takers:
-        backend.log_config(config, experiment_name=experiment_name, run_name=run_name)
+        try:
+            backend.log_config(config, experiment_name=experiment_name, run_name=run_name)
+        except Exception as e:  # a tracker's server: measuring must not end the run
+            if isinstance(backend, _BatchedBackend):
+                backend._lost = True  # not started: one line says so, not one per flush
+            _logger.warning(f"{type(backend).__name__}: could not start (logging the run's "
+                            f"config: {type(e).__name__}: {e}); its scalars are lost, "
+                            f"training goes on.")
 
 
 def log_run_summary(

@@ -223,6 +223,10 @@ class MLflowBackend(_BatchedBackend):
             return
         self.flush()
         if self.client is not None:
-            self.client.set_terminated(self.run_id, status=exit_status())
-            self.client = None
+            client, self.client = self.client, None
+            try:
+                client.set_terminated(self.run_id, status=exit_status())
+            except Exception as e:  # the run is over: a tracker must not fail it now
+                _logger.warning(f"MLflowBackend: could not end the MLflow run "
+                                f"({type(e).__name__}: {e}).")
         self._mlflow = None

@@ -4,6 +4,7 @@ a run opens the backend. See docs/tools.md.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -15,6 +16,8 @@ from libai.utils.errors import ConfigError
 
 from .backends import Histogram, _BatchedBackend, flatten_config
 from .trackers import exit_status, import_tracker, read_json, reopen, write_json
+
+_logger = logging.getLogger("libai")
 
 __all__ = ["WandbBackend"]
 
@@ -168,7 +171,11 @@ class WandbBackend(_BatchedBackend):
             return
         self.flush()
         if self.run is not None:
-            self.run.finish(exit_code=0 if exit_status() == "FINISHED" else 1)
-            self.run = None
+            run, self.run = self.run, None
+            try:
+                run.finish(exit_code=0 if exit_status() == "FINISHED" else 1)
+            except Exception as e:  # the run is over: a tracker must not fail it now
+                _logger.warning(f"WandbBackend: could not finish the wandb run "
+                                f"({type(e).__name__}: {e}).")
         self._wandb = None
 

@@ -135,3 +135,37 @@ def test_other_ranks_do_nothing_by_default(make_runner, run_iters):
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         ProfilerHook(**kwargs)
+
+
+class _BrokenProfile:
+    """torch.profiler.profile whose start, or each step, fails (CUPTI busy, say)."""
+
+    fail_step = False
+
+    def __init__(self, **kwargs):
+        self.current_action = torch.profiler.ProfilerAction.RECORD
+
+    def __enter__(self):
+        if not self.fail_step:
+            raise RuntimeError("profiler already enabled")
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def step(self):
+        raise RuntimeError("no events")
+
+
+@pytest.mark.parametrize("fail_step", [False, True])
+def test_a_failing_profiler_is_one_warning_and_the_run_trains_on(tmp_path, monkeypatch,
+                                                                 fail_step):
+    # device="cpu": the claim is about the hook's error handling
+    monkeypatch.setattr(_BrokenProfile, "fail_step", fail_step)
+    monkeypatch.setattr(torch.profiler, "profile", _BrokenProfile)
+    runner = train(tmp_path, 6, ProfilerHook(wait=0, warmup=1, active=1, begin=1))
+    assert runner.iter == 6
+    said = [line for line in run_log(runner).splitlines() if "Profile lost" in line]
+    assert len(said) == 1 and "WARNING" in said[0], said
+    assert ("the profiler failed (RuntimeError: no events)" if fail_step
+            else "did not start (RuntimeError: profiler already enabled)") in said[0]

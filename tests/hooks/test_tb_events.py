@@ -3,6 +3,7 @@
 import os
 
 import pytest
+import torch
 
 from libai.visualization.tb_events import EventFileWriter, crc32c, masked_crc32c
 
@@ -50,3 +51,14 @@ def test_files_of_one_second_sort_in_the_order_written(tmp_path, monkeypatch):
         paths.append(writer.path)
         writer.close()
     assert sorted(paths) == paths
+
+
+def test_histogram_buckets_without_histc_match_histc():
+    """Under deterministic algorithms on CUDA histc raises (it has no deterministic kernel): the
+    bincount path that replaces it there counts the same buckets (checked here on the CPU)."""
+    from libai.visualization.histogram import _bincount_buckets
+
+    for seed in range(3):
+        t = torch.randn(10_000, generator=torch.Generator().manual_seed(seed))
+        lo, hi = float(t.min()), float(t.max())
+        assert torch.equal(_bincount_buckets(t, 64, lo, hi), torch.histc(t, bins=64, min=lo, max=hi))

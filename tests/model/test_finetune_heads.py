@@ -316,7 +316,8 @@ def test_libai2hf_writes_label_names_and_the_tokenizer(tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------- the load report
-def test_a_pretraining_checkpoint_starts_a_head_and_the_report_says_what_is_new(tmp_path):
+def test_a_pretraining_checkpoint_starts_a_head_and_the_report_says_what_is_new(tmp_path,
+                                                                              test_device):
     pre = randomize(BertForPreTraining(**BERT))
     save_checkpoint({"state_dict": model_state_for_saving(pre)}, tmp_path / "pre.pth")
     hf = randomize(transformers.BertForPreTraining(transformers.BertConfig(**BERT_HF)), seed=5)
@@ -329,8 +330,9 @@ def test_a_pretraining_checkpoint_starts_a_head_and_the_report_says_what_is_new(
             runner.checkpointer.restore(weights_only=True)
             expected = (pre.bert.blocks[1].mlp.fc2.weight if path.suffix == ".pth"
                         else hf.bert.encoder.layer[1].output.dense.weight)
+            # a load copies: exact on the runner's device (CUDA where there is one)
             torch.testing.assert_close(runner.unwrapped_model.bert.blocks[1].mlp.fc2.weight,
-                                       expected)
+                                       expected.to(test_device), atol=0, rtol=0)
             report = str(runner.checkpointer.load_weights(str(path), strict=False))
             assert "Missing in the checkpoint (2; left as initialised):\n  classifier.* (2 keys)" \
                 in report, report

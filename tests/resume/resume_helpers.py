@@ -144,6 +144,7 @@ def contract_config(
             dict(type="CosineAnnealingLR", begin=6, eta_min=1e-4),
         ],
         default_hooks=dict(logger=quiet_logger(), checkpoint=checkpoint or dict(interval=4)),
+        # what exactness needs on CUDA (on the CPU it changes nothing): docs/reliability.md
         randomness=dict(seed=0, deterministic=True),
         log_level="WARNING",
     )
@@ -185,11 +186,13 @@ def read_scalars(work_dir: Any) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
-# Wall-clock values, and grad_norm, which test_logged_grad_norm_survives_resume checks on its own.
-# timings, and ThroughputHook's rates derived from them
-TIMING = ("train/time", "train/data_time", "train/samples_per_s", "train/tokens_per_s",
-          "train/tflops", "train/mfu")
-NOT_COMPARED = (*TIMING, "train/grad_norm")
+# Measurements of the machine, not the run's math: wall-clock values, ThroughputHook's rates
+# derived from them, and on CUDA the peak memory (torch.cuda.max_memory_allocated: the process's
+# peak so far, so a run that resumes in a process where another trained logs a higher figure).
+MEASURED = ("train/time", "train/data_time", "train/samples_per_s", "train/tokens_per_s",
+            "train/tflops", "train/mfu", "train/memory")
+# and grad_norm, which test_logged_grad_norm_survives_resume checks on its own
+NOT_COMPARED = (*MEASURED, "train/grad_norm")
 
 
 def train_rows(work_dir: Any, skip: tuple[str, ...] = NOT_COMPARED) -> list[dict]:

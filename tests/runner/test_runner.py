@@ -81,9 +81,9 @@ def test_train_writes_run_folder_and_config_is_frozen(tmp_path):
     assert runner.iter == 20
 
 
-def plain_training(iters, lr=0.1, momentum=0.9, batch_size=8):
+def plain_training(iters, lr=0.1, momentum=0.9, batch_size=8, device="cpu"):
     torch.manual_seed(0)
-    model = ToyModel(in_features=8, num_classes=2)
+    model = ToyModel(in_features=8, num_classes=2).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     dataset = ToyDataset(num_samples=64, seed=0)
     sampler = DefaultSampler(dataset, shuffle=True, seed=0)
@@ -92,7 +92,7 @@ def plain_training(iters, lr=0.1, momentum=0.9, batch_size=8):
     while done < iters:
         sampler.set_epoch(epoch)
         for batch in loader:
-            model(batch)["loss"].backward()
+            model({k: v.to(device) for k, v in batch.items()})["loss"].backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             done += 1
@@ -102,17 +102,24 @@ def plain_training(iters, lr=0.1, momentum=0.9, batch_size=8):
     return model.state_dict()
 
 
+@pytest.mark.parametrize("device", ["cpu", "auto"])
 @pytest.mark.parametrize("loop", ["iter", "epoch"])
-def test_runner_changes_no_math(tmp_path, loop):
-    """Same seed and data order: the Runner and a hand-written loop end bit-identical."""
+def test_runner_changes_no_math(tmp_path, loop, device, test_device):
+    """Same seed and data order: the Runner and a hand-written loop on the same device end
+    bit-identical on the CPU (device="cpu", on every machine), within float32's last bits on
+    CUDA (device="auto" where there is a GPU)."""
     train_cfg = (dict(type="IterBasedTrainLoop", max_iters=20, val_interval=10) if loop == "iter"
                  else dict(type="EpochBasedTrainLoop", max_epochs=3))
-    runner = make(tmp_path, train_cfg=train_cfg,
+    runner = make(tmp_path, train_cfg=train_cfg, device=device,
                   optim_wrapper=dict(optimizer=dict(type="SGD", lr=0.1, momentum=0.9)))
     model = runner.train()
-    expected = plain_training(20 if loop == "iter" else 24)
+    assert runner.device.type == ("cpu" if device == "cpu" else test_device.type)
+    expected = plain_training(20 if loop == "iter" else 24, device=runner.device)
+    # CUDA's kernels may pick other algorithms (and atomics) for the same products from one call
+    # to the next unless deterministic algorithms are asked for: the last bits of 20 SGD steps
+    tol = dict(atol=0, rtol=0) if runner.device.type == "cpu" else dict(atol=1e-6, rtol=1e-5)
     for key, value in expected.items():
-        assert torch.equal(model.state_dict()[key], value), key
+        torch.testing.assert_close(model.state_dict()[key], value, **tol, msg=key)
 
 
 def test_accumulation_matches_larger_batch(tmp_path):
@@ -427,7 +434,7 @@ def test_evaluators_named_unlike_the_sets_are_one_line():
            "'shifted']" in str(e.value) and "Did you mean 'shifted'?" in str(e.value)
 
 
-def test_eval_loss_is_the_mean_over_samples_whatever_the_batches(tmp_path):
+def test_eval_loss_is_the_mean_over_samples_whatever_the_batches(tmp_path, test_device):
     """10 samples in batches of 4, 4 and 2: val/loss is the mean over the 10 samples (the batch
     losses weighted by the batches' sizes), as HF and Lightning report it, so that it does not
     change with the batch size or the number of processes."""
@@ -438,7 +445,11 @@ def test_eval_loss_is_the_mean_over_samples_whatever_the_batches(tmp_path):
     loss = runner.val()["val/loss"]
     data = runner.val_loop.sets[None][0].dataset
     model = runner.unwrapped_model.eval()
-    with torch.no_grad():
-        logits = model(dict(inputs=torch.stack([data[i]["inputs"] for i in range(10)])))["logits"]
-    expected = F.cross_entropy(logits, torch.tensor([int(data[i]["labels"]) for i in range(10)]))
-    assert loss == pytest.approx(expected.item(), rel=1e-6)
+    inputs = torch.stack([data[i]["inputs"] for i in range(10)]).to(test_device)
+    with torch.no_grad():  # on the runner's device (CUDA where there is one), like its eval
+        logits = model(dict(inputs=inputs))["logits"]
+    labels = torch.tensor([int(data[i]["labels"]) for i in range(10)], device=test_device)
+    expected = F.cross_entropy(logits, labels)
+    # one batch of 10 against 4 + 4 + 2: float32 sums in another order; CUDA's kernels add more
+    rel = 1e-6 if test_device.type == "cpu" else 1e-5
+    assert loss == pytest.approx(expected.item(), rel=rel)

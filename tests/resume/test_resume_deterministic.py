@@ -98,6 +98,16 @@ def test_a_deterministic_run_on_cuda_is_deterministic_and_saves_the_cuda_rng(
         assert torch.equal(torch.cuda.get_rng_state(device), state.cpu())
 
 
+def straight_and_resumed(tmp_path, device):
+    """N steps straight, and stopped at K then resumed to N, on ``device``, deterministic=False."""
+    kw = dict(max_iters=N, device=device, checkpoint=dict(interval=K),
+              randomness=dict(seed=0, deterministic=False))
+    straight = rh.train(rh.contract_config(tmp_path / "straight", **kw))
+    cfg = rh.contract_config(tmp_path / "resumed", **kw)
+    rh.train_interrupted(cfg, at=K)
+    return straight, rh.train_resumed(cfg)
+
+
 @pytest.mark.gpu
 def test_resume_on_cuda_without_deterministic_is_within_float_tolerance(tmp_path,
                                                                         determinism_put_back):
@@ -107,12 +117,7 @@ def test_resume_on_cuda_without_deterministic_is_within_float_tolerance(tmp_path
     test_resume_graph.py)."""
     torch.use_deterministic_algorithms(False)  # an earlier run of this process may have set it
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = False, True
-    kw = dict(max_iters=N, device="cuda", checkpoint=dict(interval=K),
-              randomness=dict(seed=0, deterministic=False))
-    straight = rh.train(rh.contract_config(tmp_path / "straight", **kw))
-    cfg = rh.contract_config(tmp_path / "resumed", **kw)
-    rh.train_interrupted(cfg, at=K)
-    resumed = rh.train_resumed(cfg)
+    straight, resumed = straight_and_resumed(tmp_path, "cuda")
     for key, value in straight.unwrapped_model.state_dict().items():
         torch.testing.assert_close(resumed.unwrapped_model.state_dict()[key], value,
                                    rtol=1e-4, atol=1e-5, msg=key)
@@ -123,12 +128,7 @@ def test_on_the_cpu_a_resume_is_bit_identical_without_deterministic(tmp_path,
     """device="cpu", deterministic=False (the default): the CPU's kernels add in a fixed order,
     so the resumed run is still bit-identical (docs/reliability.md)."""
     torch.use_deterministic_algorithms(False)  # an earlier run of this process may have set it
-    kw = dict(max_iters=N, device="cpu", checkpoint=dict(interval=K),
-              randomness=dict(seed=0, deterministic=False))
-    straight = rh.train(rh.contract_config(tmp_path / "straight", **kw))
-    cfg = rh.contract_config(tmp_path / "resumed", **kw)
-    rh.train_interrupted(cfg, at=K)
-    resumed = rh.train_resumed(cfg)
+    straight, resumed = straight_and_resumed(tmp_path, "cpu")
     assert not torch.are_deterministic_algorithms_enabled()
     rh.assert_same_model(straight.unwrapped_model, resumed.unwrapped_model)
     rh.assert_same_logs(tmp_path / "straight", tmp_path / "resumed", N)

@@ -127,7 +127,7 @@ class PipelineMemoryHook(Hook):
                     for v in state.values() if isinstance(v, torch.Tensor))
         record = dict(
             rank=runner.rank, device=runner.device.type,
-            stages=list(getattr(model, "_libai_pipeline_stages", (0,))),
+            stages=list((runner.execution.stages or ((0,), 1))[0]),
             params=sum(p.numel() * p.element_size() for p in params),
             grads=sum(p.numel() * p.element_size() for p in params if p.requires_grad),
             optim=optim, start=self.start, peak=peak,

@@ -11,38 +11,7 @@ by name.
 >>> plot_curve(runs, keys=["train/loss"], out="curves.png")
 """
 
-from .logs import (
-    SUMMARY_NOTE,
-    TRAIN_TIME_NOTE,
-    LogError,
-    Run,
-    RunSummary,
-    TrainTime,
-    better_rule,
-    cal_train_time,
-    load_runs,
-    plot_curve,
-    print_notes,
-    print_table,
-    summary,
-    summary_table,
-    train_time_table,
-)
+from .logs import *  # noqa: F403  (the log API: libai.analysis.logs lists its names once)
+from .logs import __all__ as _LOG_API
 
-__all__ = [
-    "SUMMARY_NOTE",
-    "TRAIN_TIME_NOTE",
-    "LogError",
-    "Run",
-    "RunSummary",
-    "TrainTime",
-    "better_rule",
-    "cal_train_time",
-    "load_runs",
-    "plot_curve",
-    "print_notes",
-    "print_table",
-    "summary",
-    "summary_table",
-    "train_time_table",
-]
+__all__ = list(_LOG_API)

@@ -22,7 +22,7 @@ from libai.utils.errors import CheckpointError
 from .io import write_checked_state
 from .state import copy_state_to_host
 
-__all__ = ["AsyncCheckpointSaver"]
+__all__ = ["AsyncCheckpointSaver", "finish_saves"]
 
 
 class AsyncCheckpointSaver:
@@ -132,3 +132,22 @@ class AsyncCheckpointSaver:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
+
+
+def finish_saves(saver: AsyncCheckpointSaver | None, shards: Any) -> CheckpointError | None:
+    """Wait for one rank's save in flight (no collective): the writer of the file (rank 0's
+    ``saver``), which finishes the shards first, and the ``shards`` (a
+    :class:`~libai.checkpoint.sharded.PendingShards`) of a save whose file was never started,
+    and of ranks > 0. Returns the failure rather than raise it."""
+    error = None
+    if saver is not None:
+        try:
+            saver.wait()
+        except CheckpointError as e:
+            error = e
+    if shards is not None:
+        try:
+            shards.result()
+        except Exception as e:  # DCP raises a rank's write error on every rank
+            error = error or CheckpointError(f"Background save of the shards failed: {e}")
+    return error

@@ -4,17 +4,17 @@ The runner assembles it and hands it its parts; nothing here reaches into the ru
 
     ckpt = Checkpointer(work_dir, model, unwrapped_model, cfg=cfg, logger=logger, call_hook=...)
     ckpt.track(message_hub=hub, hooks=HookStates(lambda: hooks))      # from the start
-    ckpt.track(loop=loop, optimizer=optim_wrapper, param_schedulers=StateList(schedulers))
+    ckpt.track(**loop.checkpoint_parts(), optimizer=OptimizerState(optim_wrapper, model),
+               param_schedulers=StateList(schedulers))
     ckpt.save("iter_100.pth")        # every rank calls it; rank 0 writes the file
     ckpt.restore(weights_only=False)  # resume / load_from, as the config says, once
 
 A part is anything with ``state_dict()`` and ``load_state_dict(state)`` (DCP's ``Stateful``
-protocol); its state is stored under its name. Three parts get more than that, because their
-state depends on the run's layout: the model (whole tensors, or DCP shards under FSDP2 / tensor
-parallel), the optimizer (its shards go with the model's; under DDP the gradients of an unfinished
-accumulation window are gathered by rank) and the loop (its data sampler is restored with it and
-fast-forwarded to the batch where the run stopped). The file format, its safety and the work-dir
-layout are the rest of :mod:`libai.checkpoint`; docs/checkpoint.md describes them.
+protocol, :mod:`libai.checkpoint.parts`); its state is stored under its name, and every part is
+handled alike. The model is the checkpointer's own: its weights are whole tensors, or DCP shards
+under FSDP2 / tensor parallel, and a part that follows its layout says so (the optimizer's
+``gather`` and ``shards``). The file format, its safety and the work-dir layout are the rest of
+:mod:`libai.checkpoint`; docs/checkpoint.md describes them.
 
 Who calls it: CheckpointHook (periodic, last and best saves), preemption (the save at a stop
 signal, :meth:`save_at_stop`), the runner (``restore`` before training or evaluation).
@@ -33,11 +33,12 @@ from torch import nn
 from libai.utils import dist
 from libai.utils.errors import CheckpointError, ConfigError, LibaiError
 
-from .parts import HookStates, Stateful, StateList
+from .async_saver import AsyncCheckpointSaver, finish_saves
+from .parts import POSITION, RESERVED, HookStates, OptimizerState, Stateful, StateList
 from .resume_check import check_resume_config, config_json
-from .workdir import find_resumable, set_damaged_aside
+from .workdir import find_resumable, run_folder_name, series_to_continue, set_damaged_aside
 
-__all__ = ["Checkpointer", "HookStates", "Stateful", "StateList"]
+__all__ = ["Checkpointer", "HookStates", "OptimizerState", "Stateful", "StateList"]
 
 
 class Checkpointer:
@@ -60,20 +61,24 @@ class Checkpointer:
         config_text: The config as Python text, when the caller already formatted it.
             Defaults to None (formatted at the first save).
         dry_run: A ``--fast-dev-run``: a resume never continues a scalar series.
+        execution: The run's :class:`~libai.model.execution.Execution` record (whether the
+            weights are sharded, which modules other processes hold). Defaults to None: sharded
+            when the model holds DTensors.
     """
 
     def __init__(self, work_dir: str, model: nn.Module, unwrapped_model: nn.Module, *, cfg: Any,
                  logger: logging.Logger, call_hook: Callable[..., None], meta: dict | None = None,
                  series_dir: str | None = None, config_text: str | None = None,
-                 dry_run: bool = False) -> None:
+                 dry_run: bool = False, execution: Any = None) -> None:
         self.work_dir = work_dir
+        self.execution = execution  # the run's record: sharded, the modules held elsewhere
         self.model, self.unwrapped_model = model, unwrapped_model
         self.cfg, self.logger, self.call_hook = cfg, logger, call_hook
         self.meta = dict(meta or {})
         self.series_dir = series_dir
         self.dry_run = dry_run
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        self.parts: dict[str, Any] = {}
+        self.parts: dict[str, Stateful] = {}
         # the save policy (CheckpointHook) when the config has one: a stop signal saves through
         # it, so that the file joins its rotation, and its best checkpoint is reported
         self.schedule: Any = None
@@ -84,9 +89,17 @@ class Checkpointer:
         self._pending_shards: Any = None  # its shards, while they may still be in flight
         self._saver: Any = None
 
-    def track(self, **parts: Any) -> None:
-        """Add (or replace) named parts: ``loop``, ``optimizer``, ``param_schedulers``,
-        ``message_hub``, ``hooks``, or any other stateful object under a name of your own."""
+    def track(self, **parts: Stateful) -> None:
+        """Add (or replace) named parts: ``loop``, ``sampler``, ``optimizer``,
+        ``param_schedulers``, ``message_hub``, ``hooks`` (:mod:`libai.checkpoint.parts`), or any
+        other stateful object under a name of your own. A resume loads them in this order."""
+        for name, part in parts.items():
+            if name in RESERVED or not isinstance(part, Stateful):
+                why = (f"'{name}' is a key of the file itself ({', '.join(sorted(RESERVED))})"
+                       if name in RESERVED else
+                       f"{type(part).__name__} has no state_dict()/load_state_dict(state)")
+                raise CheckpointError(f"Checkpointer.track({name}=...): {why}; track a stateful "
+                                      f"object under another name.")
         self.parts.update(parts)
 
     @property
@@ -100,6 +113,8 @@ class Checkpointer:
     def _sharded(self) -> bool:
         from .sharded import is_sharded_model
 
+        if self.execution is not None:
+            return self.execution.sharded
         return is_sharded_model(self.unwrapped_model)
 
     # --------------------------------------------------------------------------- save
@@ -117,12 +132,10 @@ class Checkpointer:
 
         from .model_state import model_state_for_saving
         from .rng import get_rng_state
-        from .sharded import group_settings
 
-        loop = self.parts.get("loop")
-        position = loop.state_dict() if loop is not None else {"iter": 0, "epoch": 0}
-        sharded = self._sharded  # weights and optimizer in the shards
-        state = {
+        parts = {name: part.state_dict() for name, part in self.parts.items()}
+        position = parts.get(POSITION) or {"iter": 0, "epoch": 0}
+        return {
             "meta": {
                 "libai_version": __version__,
                 "torch_version": str(torch.__version__),
@@ -136,28 +149,11 @@ class Checkpointer:
                 "run_folder": self._run_folder(),
                 **(meta or {}),
             },
-            "state_dict": {} if sharded else model_state_for_saving(self.model),
-            "message_hub": self.parts["message_hub"].state_dict() if "message_hub" in self.parts else {},
-            "hooks": self.parts["hooks"].state_dict() if "hooks" in self.parts else {},
+            # sharded: the weights are in the shards
+            "state_dict": {} if self._sharded else model_state_for_saving(self.model),
+            **parts,
             "rng": rng if rng is not None else [get_rng_state()],
         }
-        if loop is not None:
-            state["loop"] = position
-            sampler = getattr(loop.dataloader, "sampler", None)
-            if hasattr(sampler, "state_dict"):
-                state["sampler"] = sampler.state_dict()
-            optimizer = self.parts["optimizer"]
-            state["optimizer"] = optimizer.state_dict()
-            if sharded:
-                grads = state["optimizer"].pop("accumulated_grads", None) is not None
-                state["optimizer"].update(optimizer=None, grads_in_shards=grads,
-                                          param_groups=group_settings(optimizer.optimizer,
-                                                                     self.unwrapped_model))
-            state["param_schedulers"] = self.parts["param_schedulers"].state_dict()
-        for name, part in self.parts.items():  # parts of the user's own
-            if name not in _BUILT_IN:
-                state[name] = part.state_dict()
-        return state
 
     def save(self, filename: str, meta: dict | None = None, asynchronous: bool = False,
              latest: bool = True) -> str:
@@ -194,27 +190,25 @@ class Checkpointer:
         path = os.path.join(self.work_dir, filename)
         if dist.is_main_process():  # a fresh run never saves over an earlier run's checkpoint
             keep_other_runs_checkpoint(path, self._run_folder())
-        # the RNG states and, when sharded, the optimizer's group settings of every rank
-        rng, groups = zip(*dist.all_gather_object((get_rng_state(), self._group_settings())))
+        rng = dist.all_gather_object(get_rng_state())  # the RNG states of every rank
+        for part in self.parts.values():  # what a part gathers from every rank (collectives)
+            gather = getattr(part, "gather", None)
+            if gather is not None:
+                gather()
         shards = self._save_shards(path, asynchronous)
         self._pending_shards = shards if asynchronous else None
-        grads_by_rank = None if shards else self._gather_accumulated_grads()
         error = None
         if dist.is_main_process():
             try:
                 state = self.state(meta, rng=list(rng))
-                if groups[0] is not None:  # each pipeline stage has groups of its own
-                    state["optimizer"]["param_groups"] = [g for rank in groups for g in rank]
                 if shards and not asynchronous:
                     state["sharded"] = shards.result()
-                if grads_by_rank is not None:
-                    state["optimizer"]["accumulated_grads"] = grads_by_rank[0]
-                    state["optimizer"]["accumulated_grads_by_rank"] = grads_by_rank
                 self.call_hook("before_save_checkpoint", checkpoint=state)
                 if asynchronous:  # the .pth is written once the shards are (then "sharded")
                     on_done = (lambda p: update_latest(self.work_dir, p)) if latest else None
                     prepare = (lambda st: st.update(sharded=shards.result())) if shards else None
-                    self._async_saver().save(state, path, on_done=on_done, prepare=prepare)
+                    self._saver = self._saver or AsyncCheckpointSaver()
+                    self._saver.save(state, path, on_done=on_done, prepare=prepare)
                 else:
                     save_checkpoint(state, path)
                     if latest:
@@ -258,29 +252,18 @@ class Checkpointer:
 
         if not self._sharded:
             return None
-        optimizer = self.parts.get("optimizer") if "loop" in self.parts else None
-        window = optimizer is not None and optimizer.accumulated_grads() is not None
-        return save_sharded(path, self.unwrapped_model,
-                            optimizer.optimizer if optimizer is not None else None,
-                            with_grads=window, asynchronous=asynchronous)
+        optimizer, grads = self._in_shards()
+        return save_sharded(path, self.unwrapped_model, optimizer, with_grads=grads,
+                            asynchronous=asynchronous)
 
-    def _group_settings(self) -> list | None:
-        """This rank's optimizer group settings with their parameters' names, for a sharded
-        checkpoint of training (:func:`~libai.checkpoint.sharded.group_settings`)."""
-        from .sharded import group_settings
-
-        if "loop" not in self.parts or not self._sharded:
-            return None
-        return group_settings(self.parts["optimizer"].optimizer, self.unwrapped_model)
-
-    def _gather_accumulated_grads(self) -> list | None:
-        """Under DDP, mid-window gradients differ by rank (no_sync): gather them, by rank."""
-        if "loop" not in self.parts or self.world_size == 1:
-            return None
-        grads = self.parts["optimizer"].accumulated_grads()
-        local = None if grads is None else [None if g is None else g.cpu() for g in grads]
-        gathered = dist.all_gather_object(local)
-        return None if all(g is None for g in gathered) else gathered
+    def _in_shards(self) -> tuple[Any, bool]:
+        """The optimizer whose state goes into the model's shards (a part's ``shards()``), or
+        None, and whether the gradients of an accumulation window go too."""
+        for part in self.parts.values():
+            shards = getattr(part, "shards", None)
+            if shards is not None:
+                return shards()
+        return None, False
 
     def wait(self) -> None:
         """Block until an asynchronous save in flight is complete; re-raise its failure."""
@@ -298,26 +281,8 @@ class Checkpointer:
 
     def _finish_saves(self) -> LibaiError | None:
         """Wait for this rank's save in flight (no collective); returns its failure."""
-        error = None
-        if self._saver is not None and dist.is_main_process():
-            try:
-                self._saver.wait()  # its thread finishes the shards first (PendingShards.result)
-            except CheckpointError as e:
-                error = e
         pending, self._pending_shards = self._pending_shards, None
-        if pending is not None:  # the shards of a save whose .pth was never started, and ranks > 0
-            try:
-                pending.result()
-            except Exception as e:  # DCP raises a rank's write error on every rank
-                error = error or CheckpointError(f"Background save of the shards failed: {e}")
-        return error
-
-    def _async_saver(self) -> Any:
-        if self._saver is None:
-            from .async_saver import AsyncCheckpointSaver
-
-            self._saver = AsyncCheckpointSaver()
-        return self._saver
+        return finish_saves(self._saver if dist.is_main_process() else None, pending)
 
     # --------------------------------------------------------------------------- load
     def load_weights(self, path: str, strict: bool = True, remap: Any = None) -> Any:
@@ -329,7 +294,9 @@ class Checkpointer:
         """
         from .weights import load_weights
 
-        report, iteration = load_weights(self.unwrapped_model, path, strict=strict, remap=remap)
+        elsewhere = self.execution.elsewhere if self.execution is not None else ()
+        report, iteration = load_weights(self.unwrapped_model, path, strict=strict, remap=remap,
+                                         sharded=self._sharded, elsewhere=elsewhere)
         if iteration is not None:
             self.loaded_iter = iteration
         at = f" (iteration {self.loaded_iter})" if self.loaded_iter else ""
@@ -337,67 +304,59 @@ class Checkpointer:
         return report
 
     def resume(self, path: str) -> None:
-        """Restore the whole run from ``path`` so training continues exactly where it stopped.
-        The training parts (``loop``, ``optimizer``, ``param_schedulers``) must be tracked."""
+        """Restore the whole run from ``path`` so training continues exactly where it stopped:
+        the model, then every tracked part the file has a state for, then the RNG states."""
         from .io import load_checkpoint
-        from .model_state import load_model_state
         from .rng import set_rng_state
-        from .sharded import load_sharded, restore_group_settings
 
         ckpt = load_checkpoint(path)
-        if "loop" not in ckpt:
+        if POSITION not in ckpt:
             raise CheckpointError(f"{path} holds no training state (it was saved outside training); "
                                   f"use load_from={path!r} to load its weights instead.")
         meta = ckpt.get("meta", {})
         check_resume_config(meta.get("config_json"), meta.get("world_size"), self.cfg,
                             self.world_size, self.logger, saved_shares=meta.get("data_shares"),
                             shares=self.meta.get("data_shares"))
-        optimizer = self.parts["optimizer"]
-        if "sharded" in ckpt:  # every rank reads its part; DCP reshards to this run's layout
-            load_sharded(path, ckpt["sharded"], self.unwrapped_model, optimizer.optimizer)
-            if ckpt["sharded"].get("world_size") != self.world_size:
-                self.logger.info(f"Sharded checkpoint of {ckpt['sharded'].get('world_size')} "
-                                 f"process(es) loaded into {self.world_size}: resharded on load.")
-        else:
-            load_model_state(self.unwrapped_model, ckpt["state_dict"], strict=True)
-        optim_state = dict(ckpt["optimizer"])
-        by_rank = optim_state.pop("accumulated_grads_by_rank", None)
-        if by_rank is not None and len(by_rank) == self.world_size:
-            optim_state["accumulated_grads"] = by_rank[self.rank]  # each rank its own window
-        optimizer.load_state_dict(optim_state)
-        if "sharded" in ckpt:
-            restore_group_settings(optimizer.optimizer, optim_state["param_groups"],
-                                   self.unwrapped_model)
-        self.parts["param_schedulers"].load_state_dict(ckpt.get("param_schedulers", []))
-        loop = self.parts["loop"]
-        loop.load_state_dict(ckpt["loop"])
-        sampler = getattr(loop.dataloader, "sampler", None)
-        if "sampler" in ckpt and hasattr(sampler, "load_state_dict"):
-            sampler.load_state_dict(ckpt["sampler"])
-            sampler.skip(ckpt["loop"]["batch_in_epoch"] * (loop.dataloader.batch_size or 1))
-        for name in ("hooks", "message_hub"):
-            if name in self.parts:
-                self.parts[name].load_state_dict(ckpt.get(name, {}))
+        self._load_model(path, ckpt)
         for name, part in self.parts.items():
-            if name not in _BUILT_IN and name in ckpt:
+            if name in ckpt:  # a part the file predates starts as built
                 part.load_state_dict(ckpt[name])
         self._continue_series(meta.get("run_folder"))
         rng = ckpt.get("rng") or []
         if len(rng) == self.world_size:
             set_rng_state(rng[self.rank])
         self.call_hook("after_load_checkpoint", checkpoint=ckpt)
+        self._say_resumed(path, ckpt)
+
+    def _load_model(self, path: str, ckpt: dict) -> None:
+        from .model_state import load_model_state
+        from .sharded import load_sharded
+
+        if "sharded" not in ckpt:
+            load_model_state(self.unwrapped_model, ckpt["state_dict"], strict=True)
+            return
+        # every rank reads its part; DCP reshards to this run's layout
+        load_sharded(path, ckpt["sharded"], self.unwrapped_model, self._in_shards()[0])
+        if ckpt["sharded"].get("world_size") != self.world_size:
+            self.logger.info(f"Sharded checkpoint of {ckpt['sharded'].get('world_size')} "
+                             f"process(es) loaded into {self.world_size}: resharded on load.")
+
+    def _say_resumed(self, path: str, ckpt: dict) -> None:
+        at = ckpt[POSITION]
         self.logger.info(
-            f"Resumed from {path} at iteration {loop.iter} (epoch {loop.epoch}, batch "
-            f"{ckpt['loop']['batch_in_epoch']} of the epoch). From the checkpoint: model weights, "
+            f"Resumed from {path} at iteration {int(at['iter'])} (epoch {int(at['epoch'])}, batch "
+            f"{at['batch_in_epoch']} of the epoch). From the checkpoint: model weights, "
             f"optimizer, schedulers, loop and sampler position, RNG states, "
             f"{len(ckpt.get('hooks', {}))} hook state(s). From the current config: everything else."
         )
-        if loop.iter >= loop.max_iters:  # a finished run: say so, rather than go on silently
+        max_iters = getattr(self.parts.get(POSITION), "max_iters", None)
+        if max_iters is not None and int(at["iter"]) >= max_iters:  # a finished run: say so
             self.logger.warning(
-                f"{os.path.basename(path)} is the end of this training (iteration {loop.iter} of "
-                f"{loop.max_iters}): nothing is left to train, so the run goes straight to what "
-                f"follows training (the test, when the config has one). To train longer, raise "
-                f"train_cfg.max_iters and pass --allow-changes train_cfg.max_iters.")
+                f"{os.path.basename(path)} is the end of this training (iteration "
+                f"{int(at['iter'])} of {max_iters}): nothing is left to train, so the run goes "
+                f"straight to what follows training (the test, when the config has one). To "
+                f"train longer, raise train_cfg.max_iters and pass --allow-changes "
+                f"train_cfg.max_iters.")
 
     def restore(self, weights_only: bool = False) -> None:
         """Apply the config's ``resume`` / ``load_from``, once per run: training resumes the
@@ -426,25 +385,12 @@ class Checkpointer:
 
     def _run_folder(self) -> str | None:
         """The name of the run folder holding this training's scalar series, for the meta."""
-        series = self.series_dir
-        if series is None or os.path.dirname(os.path.abspath(series)) != self.work_dir:
-            return None  # a dry run's temporary folder
-        return os.path.basename(series)
+        return run_folder_name(self.work_dir, self.series_dir)
 
     def _continue_series(self, name: Any) -> None:
-        """After a resume, write the scalars into the series the checkpoint belongs to, when its
-        run folder is in this work dir; else this run's own folder starts a series whose steps
-        continue from the checkpoint's."""
-        from libai.utils.run_layout import RUN_FOLDER
-
-        if self.dry_run or not isinstance(name, str) or not RUN_FOLDER.match(name):
-            return
-        folder = os.path.join(self.work_dir, name)
-        if os.path.isdir(folder):
+        """After a resume, write the scalars into the series the checkpoint belongs to
+        (:func:`~libai.checkpoint.workdir.series_to_continue`)."""
+        folder = None if self.dry_run else series_to_continue(self.work_dir, name)
+        if folder is not None:
             self.series_dir = folder
             self.logger.info(f"Scalars continue the series in {folder}.")
-
-
-
-# parts whose place in the file is fixed (older checkpoints have them under these keys)
-_BUILT_IN = frozenset({"loop", "optimizer", "param_schedulers", "message_hub", "hooks"})

@@ -221,16 +221,16 @@ def load_sharded(path: str | os.PathLike, listing: dict, model: nn.Module,
             params[name].grad = grad
 
 
-def load_full_into_sharded(model: nn.Module, weights: dict, strict: bool = True) -> str:
+def load_full_into_sharded(model: nn.Module, weights: dict, strict: bool = True,
+                           elsewhere: tuple[str, ...] = ()) -> str:
     """Whole tensors (a one-process checkpoint, ``load_from``) into a sharded model: each rank
     keeps its part (a pipeline stage's process, the weights of its stages: the modules of the
-    others are :class:`~libai.parallel.pipeline.Absent`). Returns a line for the log."""
+    others, ``elsewhere``: the run's ``execution.elsewhere``). Returns a line for the log."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     from .model_state import strip_prefixes
 
     weights = strip_prefixes(weights)
-    elsewhere = [n for n, m in model.named_modules() if type(m).__name__ == "Absent"]
     if elsewhere:  # a pipeline stage's part: the other stages' weights are not for it
         weights = {k: v for k, v in weights.items()
                    if not any(k.startswith(path + ".") for path in elsewhere)}

@@ -25,20 +25,24 @@ def checkpoint_weights(path: str, ckpt: dict | None = None) -> dict:
 
 
 def load_weights(model: nn.Module, path: str, strict: bool = True,
-                 remap: RemapRules | None = None) -> tuple[Any, int | None]:
+                 remap: RemapRules | None = None, *, sharded: bool | None = None,
+                 elsewhere: tuple[str, ...] = ()) -> tuple[Any, int | None]:
     """Load the weights of ``path`` into ``model``: a libai checkpoint (whole or sharded: every
     rank reads its part, resharded to this run's layout) or a Hugging Face folder (``config.json``
     + weights of a BERT or GPT-2 model, converted to this model's names after checking that its
     model type and dimensions match). Returns the load report and the checkpoint's training
-    iteration (None when it has none)."""
+    iteration (None when it has none). ``sharded`` and ``elsewhere``: a run's
+    ``execution.sharded`` and ``execution.elsewhere`` (default: ``model`` holds DTensors)."""
     from libai.model.zoo.hf import hf_state_dict_for, is_hf_folder
+
+    sharded = is_sharded_model(model) if sharded is None else sharded
 
     iteration = None
     if is_hf_folder(path):
         weights = hf_state_dict_for(model, path)
     else:
         ckpt = load_checkpoint(path)
-        if "sharded" in ckpt and is_sharded_model(model) and strict and remap is None:
+        if "sharded" in ckpt and sharded and strict and remap is None:
             load_sharded(path, ckpt["sharded"], model, None)  # every rank reads its part
             weights = None
         else:  # whole tensors, through the load report (missing keys, strict, remap)
@@ -48,6 +52,6 @@ def load_weights(model: nn.Module, path: str, strict: bool = True,
             iteration = it
     if weights is None:
         return "", iteration
-    if is_sharded_model(model):  # whole tensors into this run's shards
-        return load_full_into_sharded(model, weights, strict=strict), iteration
+    if sharded:  # whole tensors into this run's shards
+        return load_full_into_sharded(model, weights, strict=strict, elsewhere=elsewhere), iteration
     return load_model_state(model, weights, strict=strict, remap=remap), iteration

@@ -43,6 +43,8 @@ __all__ = [
     "move_aside",
     "DAMAGED_SUFFIX",
     "keep_other_runs_checkpoint",
+    "run_folder_name",
+    "series_to_continue",
     "set_damaged_aside",
 ]
 
@@ -261,6 +263,26 @@ def keep_other_runs_checkpoint(path: str | os.PathLike, run_folder: str | None) 
     _logger.warning("'%s' belonged to the earlier run %s: moved it into '%s' (every byte kept) "
                     "before saving this run's checkpoint under its name.", path.name, other, target)
     return target / path.name
+
+
+def run_folder_name(work_dir: str, series_dir: str | None) -> str | None:
+    """The name of the run folder holding a training's scalar series (``series_dir``), for the
+    checkpoint's meta; None for a folder outside ``work_dir`` (a dry run's temporary one)."""
+    if series_dir is None or os.path.dirname(os.path.abspath(series_dir)) != work_dir:
+        return None
+    return os.path.basename(series_dir)
+
+
+def series_to_continue(work_dir: str, name: object) -> str | None:
+    """After a resume, the folder of the checkpoint's scalar series (its meta's ``run_folder``)
+    when it is in this work dir; None: this run's own folder starts a series whose steps
+    continue from the checkpoint's."""
+    from libai.utils.run_layout import RUN_FOLDER
+
+    if not isinstance(name, str) or not RUN_FOLDER.match(name):
+        return None
+    folder = os.path.join(work_dir, name)
+    return folder if os.path.isdir(folder) else None
 
 
 def _free_name_in(folder: Path, name: str) -> Path:

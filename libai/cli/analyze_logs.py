@@ -16,19 +16,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable
 
-from libai.analysis.logs import (
-    SCALARS,
-    SUMMARY_NOTE,
-    TRAIN_TIME_NOTE,
-    cal_train_time,
-    load_runs,
-    plot_curve,
-    print_notes,
-    print_table,
-    summary,
-    summary_table,
-    train_time_table,
-)
+from libai.analysis import logs
+from libai.analysis.logs import SCALARS
 
 __all__ = ["build_parser", "main", "parse_args"]
 
@@ -70,14 +59,14 @@ def parse_args(argv: Iterable[str] | None = None, prog: str | None = None) -> ar
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args = parse_args(argv, prog)
     names = getattr(args, "legend", None)
-    runs = load_runs(args.runs, names)
+    runs = logs.load_runs(args.runs, names)
     if args.command == "plot_curve":
-        plot_curve(runs, keys=args.keys, x=args.x, smooth=args.smooth, log_scale=args.log_scale,
-                   title=args.title, out=args.out)
+        logs.plot_curve(runs, keys=args.keys, x=args.x, smooth=args.smooth,
+                        log_scale=args.log_scale, title=args.title, out=args.out)
         print(f"Saved {args.out} ({len(args.keys)} key(s) x {len(runs)} run(s))")
     elif args.command == "cal_train_time":
-        print_table(train_time_table(cal_train_time(runs)), TRAIN_TIME_NOTE)
+        logs.print_table(logs.train_time_table(logs.cal_train_time(runs)), logs.TRAIN_TIME_NOTE)
     else:
-        print_table(summary_table(summary(runs)), SUMMARY_NOTE)
-    print_notes(runs)  # after the output: an error stays one line
+        logs.print_table(logs.summary_table(logs.summary(runs)), logs.SUMMARY_NOTE)
+    logs.print_notes(runs)  # after the output: an error stays one line
     return 0

@@ -10,8 +10,7 @@ from __future__ import annotations
 import argparse
 
 from libai.analysis.browse import SPLITS, browse
-from libai.cli.configs import resolve_config
-from libai.config import add_cfg_options_argument
+from libai.cli.configs import add_config_arguments, resolve_config
 
 __all__ = ["main", "parse_args"]
 
@@ -29,8 +28,7 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
                         help="with several named validation/test sets: which (default: the first)")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed of the sampler and transforms (default: the config's)")
-    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
-    add_cfg_options_argument(parser)
+    add_config_arguments(parser)
     return parser.parse_args(argv)
 
 

@@ -8,17 +8,24 @@ command line's ``--cfg-options`` applied (:func:`load_config`).
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from libai.config import Config
+from libai.config import Config, add_cfg_options_argument
 from libai.config.loader import PACKAGE_PREFIX, SUFFIXES, package_config_root
 from libai.utils.errors import ConfigError
 from libai.utils.suggest import did_you_mean
 
-__all__ = ["load_config", "resolve_config", "shipped_configs"]
+__all__ = [
+    "add_config_arguments",
+    "load_config",
+    "load_run_config",
+    "resolve_config",
+    "shipped_configs",
+]
 
 
 def load_config(ref: str, options: Mapping[str, Any] | None = None) -> Config:
@@ -29,6 +36,21 @@ def load_config(ref: str, options: Mapping[str, Any] | None = None) -> Config:
 
     cfg = Config.fromfile(resolve_config(ref))
     cfg.merge_from_options(default_hook_options(cfg, options))
+    return cfg
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """The last options of a command that reads a config: ``--debug`` and ``--cfg-options``."""
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
+    add_cfg_options_argument(parser)
+
+
+def load_run_config(args: argparse.Namespace) -> Config:
+    """The config of ``args.config`` with ``--cfg-options`` applied, and ``--work-dir`` as its
+    ``work_dir`` where the command has that option and it is given."""
+    cfg = load_config(args.config, args.cfg_options)
+    if getattr(args, "work_dir", None):
+        cfg.work_dir = args.work_dir
     return cfg
 
 

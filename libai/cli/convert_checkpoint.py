@@ -42,7 +42,7 @@ from libai.cli.generate import config_tokenizer
 from libai.config import Config, add_cfg_options_argument
 from libai.data.text import TextTokenizer
 from libai.model import from_hf_pretrained, save_hf_pretrained
-from libai.model.zoo.hf_mapping import check_hf_export
+from libai.model.zoo.hf import check_hf_export
 from libai.registry import MODELS
 from libai.runner.data_check import model_with_classes
 from libai.runner.imports import import_custom_modules

@@ -22,10 +22,9 @@ from typing import Any
 import torch
 
 from libai.checkpoint import checkpoint_weights, load_checkpoint, load_model_state
-from libai.cli.configs import load_config
-from libai.config import add_cfg_options_argument
+from libai.cli.configs import add_config_arguments, load_config
 from libai.data.text import resolve_tokenizer
-from libai.data.text.labeled import frame_ids, pad_collate
+from libai.data.text.framing import frame_ids, pad_collate
 from libai.data.text.records import read_records
 from libai.registry import MODELS
 from libai.runner.data_check import model_with_classes
@@ -42,8 +41,7 @@ def parse_args(argv=None, prog=None):
     parser.add_argument("--file", help="CSV, TSV or JSON lines with the dataset's text column(s)")
     parser.add_argument("--out", help="write the predictions as JSON lines")
     parser.add_argument("--top-k", type=int, default=1, help="labels to show per text")
-    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
-    add_cfg_options_argument(parser)
+    add_config_arguments(parser)
     return parser.parse_args(argv)
 
 

@@ -12,8 +12,7 @@ The same as ``python tools/test.py`` in a checkout.
 import argparse
 import os
 
-from libai.cli.configs import load_config
-from libai.config import add_cfg_options_argument
+from libai.cli.configs import add_config_arguments, load_run_config
 from libai.hooks import LoggerHook
 from libai.runner import Runner
 from libai.runner.preflight import check_input_path
@@ -30,18 +29,15 @@ def parse_args(argv=None, prog=None):
                                            "folder, where it is writable)")
     parser.add_argument("--dump", metavar="FILE",
                         help="also save the model outputs for every test sample (.pt or .jsonl)")
-    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
-    add_cfg_options_argument(parser)
+    add_config_arguments(parser)
     return parser.parse_args(argv)
 
 
 def main(argv=None, prog=None):
     args = parse_args(argv, prog)
-    cfg = load_config(args.config, args.cfg_options)
+    cfg = load_run_config(args)
     check_input_path("checkpoint", args.checkpoint)  # named as the user gave it
-    if args.work_dir:
-        cfg.work_dir = args.work_dir
-    elif not {"work_dir", "+work_dir"} & set(args.cfg_options or {}):
+    if not args.work_dir and not {"work_dir", "+work_dir"} & set(args.cfg_options or {}):
         cfg.work_dir = beside(args.checkpoint, cfg.get("work_dir"))
     cfg.load_from = args.checkpoint
     cfg.resume = False

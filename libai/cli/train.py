@@ -20,8 +20,7 @@ from contextlib import contextmanager
 
 import torch
 
-from libai.cli.configs import load_config
-from libai.config import add_cfg_options_argument
+from libai.cli.configs import add_config_arguments, load_run_config
 from libai.runner import Runner
 from libai.utils.dist import destroy_dist
 from libai.utils.errors import ConfigError
@@ -35,7 +34,7 @@ def parse_args(argv=None, prog=None):
     parser.add_argument("--amp", action="store_true",
                         help="mixed precision: float16 on CUDA, bfloat16 on CPU")
     parser.add_argument("--graph", action="store_true",
-                        help="graph mode: the training step compiled (GraphOptimWrapper); "
+                        help="graph mode: the training step compiled (compile=True); "
                              "with --amp, compiled with mixed precision")
     parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="PATH",
                         help="resume from the latest checkpoint in the work dir, or from PATH")
@@ -47,28 +46,15 @@ def parse_args(argv=None, prog=None):
     parser.add_argument("--load-from", metavar="PATH", help="load weights only (no resume)")
     parser.add_argument("--fast-dev-run", nargs="?", const=2, type=int, default=0, metavar="N",
                         help="run N (default 2) train iterations and eval batches; save nothing")
-    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
-    add_cfg_options_argument(parser)
+    add_config_arguments(parser)
     return parser.parse_args(argv)
 
 
 def main(argv=None, prog=None):
     args = parse_args(argv, prog)
-    cfg = load_config(args.config, args.cfg_options)
-    if args.work_dir:
-        cfg.work_dir = args.work_dir
+    cfg = load_run_config(args)
     if args.amp or args.graph:
-        if not isinstance(cfg.get("optim_wrapper"), Mapping):
-            raise ConfigError(
-                f"--amp and --graph change optim_wrapper's type, so optim_wrapper must be a dict, "
-                f"got a built {type(cfg.get('optim_wrapper')).__name__}. Write "
-                f"optim_wrapper=dict(optimizer=..., type='GraphOptimWrapper' or 'AmpOptimWrapper') "
-                f"in the config instead of the flag.")
-        wrapper = dict(cfg.optim_wrapper)
-        wrapper["type"] = "GraphOptimWrapper" if args.graph else "AmpOptimWrapper"
-        if args.amp:
-            wrapper.setdefault("dtype", "float16" if torch.cuda.is_available() else "bfloat16")
-        cfg.optim_wrapper = wrapper
+        _apply_flags(cfg, args.amp, args.graph)
     if args.resume is not None:
         cfg.resume = args.resume
     if args.allow_changes or args.move_damaged:
@@ -93,6 +79,32 @@ def main(argv=None, prog=None):
     finally:
         runner.close()  # the work dir is free for the next run
 
+
+
+def _apply_flags(cfg, amp: bool, graph: bool) -> None:
+    """--amp: mixed precision (AmpOptimWrapper's dtype). --graph: the compile switch on
+    (``compile=``), with the graph-mode options the optim_wrapper section gives (``compile``,
+    ``on_failure``, ``verify_steps``...: moved to ``compile=``); a GraphOptimWrapper config is on
+    already."""
+    from libai.model.graph.options import GRAPH_KEYS, wrapper_switch
+
+    if not isinstance(cfg.get("optim_wrapper"), Mapping):
+        raise ConfigError(
+            f"--amp and --graph set options of optim_wrapper, so it must be a dict, got a built "
+            f"{type(cfg.get('optim_wrapper')).__name__}. Write optim_wrapper=dict(optimizer=..., "
+            f"type='AmpOptimWrapper', dtype=...) and compile=True in the config instead.")
+    wrapper = dict(cfg.optim_wrapper)
+    named_graph = wrapper_switch(wrapper) is not None  # GraphOptimWrapper: graph mode is on
+    if amp:
+        wrapper["type"] = wrapper["type"] if named_graph else "AmpOptimWrapper"
+        wrapper.setdefault("dtype", "float16" if torch.cuda.is_available() else "bfloat16")
+    if graph and not named_graph:
+        options = {k: wrapper.pop(k) for k in ("compile", *GRAPH_KEYS) if k in wrapper}
+        given = cfg.get("compile")
+        switch = {**(given if isinstance(given, Mapping) else {}),
+                  **(options.pop("compile", None) or {}), **options}
+        cfg.compile = switch or True
+    cfg.optim_wrapper = wrapper
 
 
 @contextmanager

@@ -18,7 +18,7 @@ from torch.utils.data import Dataset
 
 from libai.registry import DATASETS
 from libai.utils.errors import DataError
-from libai.utils.suggest import did_you_mean
+from libai.utils.suggest import unknown
 
 from .transforms import build_transform
 
@@ -118,8 +118,7 @@ class DigitsDataset(Dataset):
     ) -> None:
         if split not in _SPLITS:
             raise DataError(
-                f"DigitsDataset: unknown split '{split}'.{did_you_mean(split, _SPLITS)} "
-                f"Choose from {', '.join(_SPLITS)}."
+                unknown(f"DigitsDataset: unknown split '{split}'", split, _SPLITS, "Choose from")
             )
         if not (0 <= val_ratio and 0 <= test_ratio and val_ratio + test_ratio < 1):
             raise DataError(

@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader
 from libai.registry import COLLATE_FUNCTIONS, DATA_SAMPLERS, DATASETS
 from libai.utils import dist
 from libai.utils.errors import ConfigError, DataError
-from libai.utils.suggest import did_you_mean
+from libai.utils.suggest import refuse_unknown
 
 from .seeded import SeededDataset
 
@@ -98,12 +98,7 @@ def _accepts(obj: Any, name: str) -> bool:
 
 
 def _check_keys(cfg: Mapping, path: str) -> None:
-    for key in cfg:
-        if key not in _KEYS:
-            raise ConfigError(
-                f"Unknown key '{path}.{key}' in a data loader config.{did_you_mean(str(key), _KEYS)} "
-                f"Valid keys: {', '.join(_KEYS)}."
-            )
+    refuse_unknown(cfg, _KEYS, lambda key: f"Unknown key '{path}.{key}' in a data loader config")
     if "dataset" not in cfg:
         raise ConfigError(f"'{path}.dataset' is required: a dataset config dict or a Dataset.")
     if "batch_size" not in cfg:

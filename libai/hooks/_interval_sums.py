@@ -1,4 +1,5 @@
-"""The values LoggerHook averages over a log interval: kept as logged, read once at its end."""
+"""The log interval: when its line is due (LoggerHook's rule, which ThroughputHook follows), and
+the values LoggerHook averages over it, kept as logged and read once at its end."""
 
 from __future__ import annotations
 
@@ -7,7 +8,21 @@ from typing import Any
 
 import torch
 
-__all__ = ["RunningSum"]
+__all__ = ["RunningSum", "iterations_to_log"]
+
+
+def iterations_to_log(it: int, batch_idx: int, interval: int, max_iters: int,
+                      by_epoch: bool = False, per_epoch: int | None = None) -> int:
+    """From iteration ``it`` (0-based, not done; ``batch_idx`` within its epoch), the iterations
+    until a line is due: at multiples of ``interval`` (within the epoch for epoch loops), at an
+    epoch's end (``per_epoch`` iterations), and at ``max_iters`` (where this run stops)."""
+    if by_epoch:
+        n = interval - batch_idx % interval
+        if per_epoch:
+            n = min(n, per_epoch - batch_idx)
+    else:
+        n = interval - it % interval
+    return max(1, min(n, max_iters - it))
 
 
 class RunningSum:

@@ -130,7 +130,9 @@ class RunnerView(Protocol):
             ``series_dir`` (where training writes its scalars).
 
     Parts (built on first use):
-        model: As trained (possibly wrapped); unwrapped_model: the model itself.
+        model: As trained (possibly wrapped); unwrapped_model: the model itself; execution: how
+        it runs (:class:`~libai.model.execution.Execution`: pipeline stages, compiled, sharded,
+        whether FLOPs can be counted), the one place to ask.
         optim_wrapper, param_schedulers, train_loop, val_loop, test_loop (None without their
         config); a loop has ``dataloader``.
 
@@ -158,6 +160,7 @@ class RunnerView(Protocol):
     checkpointer: Any
     model: Any
     unwrapped_model: Any
+    execution: Any
     should_stop: bool
     rank: int
     data_parallel: Any

@@ -1,13 +1,11 @@
-"""LoggerHook: interval log lines, scalar backends (JSON lines, TensorBoard), progress bar, plots."""
+"""LoggerHook: when to log. Interval lines (worded by :class:`~libai.hooks.log_processor.
+LogProcessor`), scalar backends (JSON lines, TensorBoard), progress bar, plots at the end."""
 
 from __future__ import annotations
 
-import datetime
 import logging
-import math
 import os
 import subprocess
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,12 +21,12 @@ from libai.visualization.backends import (
     log_run_config,
     log_run_summary,
 )
-from libai.visualization.figures import format_part, format_value
 from libai.visualization.plots import draw_in_background, plot_scalars, saved_message
 from libai.visualization.progress import Heartbeat, ProgressBar
 
-from ._interval_sums import RunningSum
+from ._interval_sums import RunningSum, iterations_to_log
 from .hook import Hook, RunnerView
+from .log_processor import LogProcessor
 
 __all__ = ["LoggerHook"]
 
@@ -41,7 +39,8 @@ class LoggerHook(Hook):
     ``outputs``) to a running sum on their device and advances the progress bar. Every
     ``interval`` iterations, at the end of an epoch and at the last iteration it reads the sums
     once, averages them over ranks (one collective), stores ``train/<name>`` in the message hub,
-    logs one line and writes the scalars to the backends at ``step = runner.iter + 1``::
+    logs one line (worded by its :class:`~libai.hooks.log_processor.LogProcessor`,
+    ``self.processor``) and writes the scalars to the backends at ``step = runner.iter + 1``::
 
         Iter [120/1000]  lr: 1.0000e-03  eta: 0:01:02  time: 0.0123  data_time: 0.0010  loss: 0.4321
         Epoch [2/10][30/45]  lr: ...
@@ -102,6 +101,7 @@ class LoggerHook(Hook):
         self.interval = interval
         self.window_size = window_size or interval
         self.log_metric_by_epoch = log_metric_by_epoch
+        self.processor = LogProcessor(log_metric_by_epoch)
         self.progress_bar = progress_bar
         if plot not in (True, False, "wait"):
             raise ConfigError(f"LoggerHook: plot must be True (background), 'wait' or False, "
@@ -130,12 +130,7 @@ class LoggerHook(Hook):
         self._by_epoch = False
         self._max_iters = 0
         self._per_epoch: int | None = None
-        self._shown_epochs: int | None = None
-        self._shown_per_epoch: int | None = None
         self._log_len = 1  # rows of the current interval after which its line is due
-        self._start_iter = 0
-        self._t_start = 0.0
-        self._t_eval = 0.0
         self._eval_set = 0
         self._cuda_device: torch.device | None = None
         self._final: dict[str, float] = {}  # last value of each scalar written (log_summary)
@@ -152,15 +147,7 @@ class LoggerHook(Hook):
         self._by_epoch = runner.max_epochs is not None
         self._max_iters = runner.limit_iters(runner.max_iters)  # what this run reaches (--fast-dev-run: 2)
         self._per_epoch = runner.train_loop.iters_per_epoch
-        # the epochs and batches per epoch the lines show: where this run stops (a dry run
-        # that stops early: Epoch [1/1][2/2], not [1/10][2/37])
-        self._shown_epochs, self._shown_per_epoch = runner.max_epochs, self._per_epoch
-        if self._by_epoch and self._per_epoch and self._max_iters < runner.max_iters:
-            left = self._max_iters - runner.iter
-            self._shown_epochs = runner.epoch + max(1, math.ceil(left / self._per_epoch))
-            self._shown_per_epoch = min(self._per_epoch, max(left, 1))
-        self._start_iter = runner.iter
-        self._t_start = time.perf_counter()
+        self.processor.start_train(runner, self._max_iters, self._per_epoch)
         self._beat.start(runner.iter)
         self._sums.reset()
         device = torch.device(runner.device)
@@ -225,37 +212,21 @@ class LoggerHook(Hook):
     ) -> None:
         rows = self._sums.rows
         if not rows:  # a new interval: how many iterations until its line is due
-            self._log_len = self._iterations_to_log(runner.iter, batch_idx)
+            self._log_len = iterations_to_log(runner.iter, batch_idx, self.interval,
+                                              self._max_iters, self._by_epoch, self._per_epoch)
         rows.append(outputs)
         if self._bar.enabled:
             self._bar.advance("train")
         if len(rows) >= self._log_len:
             self._log_train(runner, batch_idx, runner.iter + 1)
         elif self._beat.due():
-            head = self._head(batch_idx, runner.iter + 1, runner.epoch)
+            head = self.processor.head(batch_idx, runner.iter + 1, runner.epoch)
             self._say(runner, self._beat.train_line(head, runner.iter + 1, self._max_iters,
                                                     self.interval))
 
     def _say(self, runner: RunnerView, line: str) -> None:
         runner.logger.info(line)
         self._beat.mark()
-
-    def _head(self, batch_idx: int | None, done: int, epoch: int) -> str:
-        if self._by_epoch and batch_idx is not None:
-            per_epoch = self._shown_per_epoch or "?"
-            return f"Epoch [{epoch + 1}/{self._shown_epochs}][{batch_idx + 1}/{per_epoch}]"
-        return f"Iter [{done}/{self._max_iters}]"
-
-    def _iterations_to_log(self, it: int, batch_idx: int) -> int:
-        """From iteration ``it`` (0-based, not done), the iterations until a line is due: at
-        multiples of ``interval`` (within the epoch for epoch loops), an epoch's end, the end."""
-        if self._by_epoch:
-            n = self.interval - batch_idx % self.interval
-            if self._per_epoch:
-                n = min(n, self._per_epoch - batch_idx)
-        else:
-            n = self.interval - it % self.interval
-        return max(1, min(n, self._max_iters - it))
 
     def _log_train(self, runner: RunnerView, batch_idx: int | None, done: int) -> None:
         n = self._sums.iterations
@@ -281,33 +252,11 @@ class LoggerHook(Hook):
             if hub.has(f"train/{k}")
         }
         if runner.logger.isEnabledFor(logging.INFO):  # a quiet run skips formatting the line
-            self._say(runner, self._train_line(runner, batch_idx, done, means, extra, timing))
+            self._say(runner, self.processor.train_line(batch_idx, done, runner.epoch, means,
+                                                        extra, timing))
         self._write(
             runner, {**scalars, **{f"train/{k}": v for k, v in {**extra, **timing}.items()}}, done
         )
-
-    def _train_line(
-        self,
-        runner: RunnerView,
-        batch_idx: int | None,
-        done: int,
-        means: dict[str, float],
-        extra: dict[str, float],
-        timing: dict[str, float],
-    ) -> str:
-        parts = [self._head(batch_idx, done, runner.epoch)]
-        if "lr" in extra:
-            parts.append(f"lr: {extra['lr']:.4e}")
-        elapsed = time.perf_counter() - self._t_start
-        if done > self._start_iter:
-            eta = elapsed / (done - self._start_iter) * max(self._max_iters - done, 0)
-            parts.append(f"eta: {datetime.timedelta(seconds=int(eta))}")
-        parts += [f"{k}: {v:.4f}" for k, v in timing.items()]
-        if "memory" in extra:
-            parts.append(f"memory: {extra['memory']:.0f}")
-        parts += [format_part(k, v) for k, v in means.items()]
-        parts += [format_part(k, v) for k, v in extra.items() if k not in ("lr", "memory")]
-        return "  ".join(parts)
 
     # ----------------------------------------------------------------------- val / test
     def before_val(self, runner: RunnerView) -> None:
@@ -326,40 +275,40 @@ class LoggerHook(Hook):
             return None
 
     def before_val_epoch(self, runner: RunnerView) -> None:
-        self._t_eval = time.perf_counter()
-        total = self._eval_total(runner, "val")
-        self._beat.start_eval("val", total)
-        self._bar.add("val", "val", total=total)
+        self._start_eval(runner, "val")
 
     def before_test_epoch(self, runner: RunnerView) -> None:
-        self._t_eval = time.perf_counter()
-        total = self._eval_total(runner, "test")
-        self._beat.start_eval("test", total)
-        self._bar.add("test", "test", total=total)
+        self._start_eval(runner, "test")
+
+    def _start_eval(self, runner: RunnerView, stage: str) -> None:
+        self.processor.start_eval()
+        total = self._eval_total(runner, stage)
+        self._beat.start_eval(stage, total)
+        self._bar.add(stage, stage, total=total)
 
     def after_val_iter(
         self, runner: RunnerView, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
-        self._bar.advance("val")
-        if self._beat.due():
-            self._say(runner, self._beat.eval_line(batch_idx + 1))
+        self._eval_iter(runner, "val", batch_idx)
 
     def after_test_iter(
         self, runner: RunnerView, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
-        self._bar.advance("test")
+        self._eval_iter(runner, "test", batch_idx)
+
+    def _eval_iter(self, runner: RunnerView, stage: str, batch_idx: int) -> None:
+        self._bar.advance(stage)
         if self._beat.due():
             self._say(runner, self._beat.eval_line(batch_idx + 1))
 
     def after_val_epoch(self, runner: RunnerView, metrics: Mapping[str, Any] | None = None) -> None:
-        self._bar.remove("val")
         self._log_metrics(runner, "val", metrics)
 
     def after_test_epoch(self, runner: RunnerView, metrics: Mapping[str, Any] | None = None) -> None:
-        self._bar.remove("test")
         self._log_metrics(runner, "test", metrics)
 
     def _log_metrics(self, runner: RunnerView, stage: str, metrics: Mapping[str, Any] | None) -> None:
+        self._bar.remove(stage)
         self._eval_set += 1
         scalars: dict[str, float] = {}
         for k, v in (metrics or {}).items():
@@ -367,21 +316,10 @@ class LoggerHook(Hook):
                 scalars[k] = float(v)
             except (TypeError, ValueError):
                 continue
-        label = "Val" if stage == "val" else "Test"
-        if self._training and self._by_epoch and self.log_metric_by_epoch:
-            head = f"Epoch({stage}) [{runner.epoch}/{self._shown_epochs}]"
-        elif self._training:
-            head = f"Iter({stage}) [{runner.iter}/{self._max_iters}]"
-        else:
-            head = f"{label} (iteration {runner.iter})"
-        parts = [head] + [f"{k}: {format_value(v)}" for k, v in scalars.items()]
         samples = runner.message_hub.get_info("eval_samples")
-        if samples is not None:
-            parts.append(f"samples: {samples}")
-        parts.append(f"duration: {time.perf_counter() - self._t_eval:.2f}s")
-        self._say(runner, "  ".join(parts))
+        self._say(runner, self.processor.eval_line(stage, self._training, runner, scalars, samples))
         row: dict[str, float] = dict(scalars)
-        if self._training and self._by_epoch and self.log_metric_by_epoch:
+        if self.processor.metrics_by_epoch(self._training):
             row["epoch"] = runner.epoch
         self._write(runner, row, runner.iter)
 

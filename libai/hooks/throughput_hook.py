@@ -98,39 +98,16 @@ def batch_reader(batch: Any) -> Callable[[Any], tuple[int, int]] | None:
     return None
 
 
-def _is_graph_mode(runner: RunnerView) -> bool:
-    """The step runs compiled (GraphModule, torch.compile): FlopCounterMode would make dynamo
-    run the first step eagerly (a different step) and GraphModule adds an eager reference pass,
-    so the count would be wrong either way."""
-    model = runner.model
-    if hasattr(model, "_orig_mod") or hasattr(getattr(model, "module", None), "_orig_mod"):
-        return True
-    from libai.optim import GraphOptimWrapper
-
-    return isinstance(runner.optim_wrapper, GraphOptimWrapper)
-
-
 def _pipeline_part(runner: RunnerView) -> str | None:
     """Under a pipeline each process holds its stages' part of the model, and the summary is
     rank 0's: say so under its table, instead of passing a part for the whole."""
-    if type(runner.model).__name__ != "PipelineModule":  # as _uncountable tells a pipeline
+    if runner.execution.stages is None:
         return None
-    stages = [stage.index for stage in runner.model.stages]
-    total = runner.model.stages[0].num_stages
+    stages, total = runner.execution.stages
     return (f"Pipeline: the table counts process 0's part of the model only, stage"
             f"{'s' if len(stages) > 1 else ''} {', '.join(map(str, stages))} of {total} (the "
             f"others are on the other processes); `libai summary CONFIG` counts the whole "
             f"model in one process.")
-
-
-def _uncountable(runner: RunnerView) -> str | None:
-    """Why FlopCounterMode cannot count this run's first step, or None when it can."""
-    if _is_graph_mode(runner):
-        return "graph mode: FlopCounterMode cannot count the compiled step"
-    if type(runner.model).__name__ == "PipelineModule":
-        return ("a pipeline: FlopCounterMode's module hooks cannot run inside the schedule's "
-                "backward")
-    return None
 
 
 @HOOKS.register_module()
@@ -227,7 +204,7 @@ class ThroughputHook(Hook):
         count = self.count_flops and self.flops_per_step is None
         if count and self._restore_count(runner):
             count = False
-        why = _uncountable(runner) if count else None
+        why = runner.execution.flops_uncountable if count else None
         if why is not None:
             count = False
             if not self._said_unknown:  # once per hook, however often training starts

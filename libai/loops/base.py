@@ -65,3 +65,9 @@ class BaseLoop:
 
     def run(self) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement run()")
+
+    def checkpoint_parts(self) -> dict[str, Any]:
+        """The loop's parts of a checkpoint, by name (:class:`libai.checkpoint.Checkpointer`
+        saves each under its name): ``{"loop": self}`` (its ``state_dict`` is the position).
+        A training loop adds its data sampler; override to add more."""
+        return {"loop": self}

@@ -12,7 +12,7 @@ from libai.utils.signals import StopRequested
 
 from .base import BaseLoop, LoopRunner
 
-__all__ = ["IterBasedTrainLoop", "EpochBasedTrainLoop"]
+__all__ = ["IterBasedTrainLoop", "EpochBasedTrainLoop", "SamplerState"]
 
 
 def _positive(name: str, value: Any) -> int:
@@ -108,11 +108,43 @@ class _TrainLoop(BaseLoop):
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore the position; the sampler is told to skip the consumed part of the epoch."""
+        """Restore the position (the ``sampler`` part, loaded next, skips the consumed part of
+        the epoch)."""
         self.iter = int(state["iter"])
         self.epoch = int(state["epoch"])
         self._batch_in_epoch = int(state["batch_in_epoch"])
         self._val_pending = bool(state.get("val_pending", False))
+
+
+    def checkpoint_parts(self) -> dict[str, Any]:
+        """``loop`` (the position) and, when the data sampler keeps a state (DefaultSampler's
+        epoch and seed), ``sampler``, loaded after the loop: see :class:`SamplerState`."""
+        parts: dict[str, Any] = {"loop": self}
+        sampler = getattr(self.dataloader, "sampler", None)
+        if hasattr(sampler, "state_dict") and hasattr(sampler, "load_state_dict"):
+            parts["sampler"] = SamplerState(self)
+        return parts
+
+
+class SamplerState:
+    """The training loop's data sampler as a checkpoint part: the sampler's own state, and on
+    load the skip of the batches of the epoch the loop had consumed (so the loop's position
+    must be loaded first), so that a resumed run reads the batches the stopped one would have.
+
+    Args:
+        loop: The training loop; its ``dataloader.sampler`` is read at each save and load.
+    """
+
+    def __init__(self, loop: _TrainLoop) -> None:
+        self.loop = loop
+
+    def state_dict(self) -> dict:
+        return self.loop.dataloader.sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        loader = self.loop.dataloader
+        loader.sampler.load_state_dict(state)
+        loader.sampler.skip(self.loop._batch_in_epoch * (loader.batch_size or 1))
 
 
 @LOOPS.register_module()

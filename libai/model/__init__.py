@@ -7,7 +7,8 @@
 - ``generation.py``: :func:`generate`, decoding for the causal LMs (padded batches, sampling).
 - ``layers/``: transformer building blocks (attention, MLP, embeddings, heads, init helpers).
 - ``zoo/``: architectures built from them (the digits MLP, BERT, RoBERTa, GPT-2, Llama) and their
-  fine-tuning heads, registered in MODELS.
+  fine-tuning heads, each family registered once (``zoo/family.py``), with their Hugging Face
+  adapters; everything ``zoo`` exports is exported here too.
 """
 
 from .contract import CONTRACT, ContractField, check_model, mean_over_data_parallel
@@ -24,62 +25,25 @@ from .steps import (
     val_step,
 )
 from .wrappers import compile_model, wrap_ddp
-from .zoo.bert import BertConfig, BertForPreTraining, BertModel, BertPreTrainingConfig
-from .zoo.bert_heads import (
-    BertClassifierConfig,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-)
-from .zoo.gpt import (
-    GPTClassifierConfig,
-    GPTConfig,
-    GPTForCausalLM,
-    GPTForSequenceClassification,
-    GPTModel,
-)
-from .zoo.hf import from_hf_pretrained, load_hf_pretrained, save_hf_pretrained
-from .zoo.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
-from .zoo.mlp import DigitsMLP, MLPClassifier
-from .zoo.roberta import RobertaConfig, RobertaForMaskedLM, RobertaModel
+from .zoo import *  # noqa: F403  the architectures and their families: zoo.__all__
+from .zoo import __all__ as _ZOO
 
 __all__ = [
     "CONTRACT",
     "BaseModel",
-    "BertClassifierConfig",
-    "BertConfig",
-    "BertForPreTraining",
-    "BertForSequenceClassification",
-    "BertForTokenClassification",
-    "BertModel",
-    "BertPreTrainingConfig",
     "ContractField",
     "DataPreprocessor",
-    "DigitsMLP",
-    "GPTClassifierConfig",
-    "GPTConfig",
-    "GPTForCausalLM",
-    "GPTForSequenceClassification",
-    "GPTModel",
-    "LlamaConfig",
-    "LlamaForCausalLM",
-    "LlamaModel",
-    "MLPClassifier",
-    "RobertaConfig",
-    "RobertaForMaskedLM",
-    "RobertaModel",
     "check_model",
     "compile_model",
-    "from_hf_pretrained",
     "generate",
-    "load_hf_pretrained",
     "make_train_step",
     "mean_over_data_parallel",
     "parse_losses",
-    "save_hf_pretrained",
     "test_step",
     "to_device",
     "train_step",
     "unwrap_model",
     "val_step",
     "wrap_ddp",
+    *_ZOO,
 ]

@@ -141,13 +141,13 @@ CONTRACT: tuple[ContractField, ...] = (
         "`model.second_head=None` and an `nsp_logits` metric)."),
     ContractField(
         "hf_model_type", "attribute", False,
-        ("libai/model/zoo/hf.py", "libai/model/zoo/hf_mapping.py"),
+        ("libai/model/zoo/hf.py",),
         "`'bert'`, `'gpt2'`, `'llama'` or `'roberta'`: the model converts to and from Hugging Face folders "
-        "(`load_from` a folder, `save_hf_pretrained`). Needs `config`."),
+        "(`load_from` a folder, `save_hf_pretrained`) through that family's adapter "
+        "(`libai/model/zoo/family.py`; the zoo's classes get it from their family). Needs `config`."),
     ContractField(
         "config", "attribute", False,
-        ("libai/model/zoo/hf.py", "libai/model/zoo/hf_mapping.py",
-         "libai/cli/convert_checkpoint.py", "libai/runner/build.py"),
+        ("libai/model/zoo/hf.py", "libai/cli/convert_checkpoint.py", "libai/runner/build.py"),
         "The constructor's arguments as a mapping (the zoo's `BertConfig`, `GPTConfig`): "
         "`MODELS.build(dict(type=..., **model.config))` builds the same model."),
     ContractField(

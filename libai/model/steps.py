@@ -20,6 +20,7 @@ from libai.utils.dist import DataParallel
 from libai.utils.errors import TrainingError
 
 from .contract import mean_over_data_parallel
+from .execution import unwrap_model  # noqa: F401 - public here too (libai.model.unwrap_model)
 
 __all__ = [
     "BaseModel",
@@ -123,17 +124,6 @@ def parse_losses(outputs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     elif "loss" not in log_vars:  # a single 'loss_xxx' entry: it is the total
         log_vars["loss"] = total_log
     return loss, log_vars
-
-
-def unwrap_model(model: nn.Module) -> nn.Module:
-    """Strip DistributedDataParallel (``.module``) and torch.compile (``._orig_mod``) wrappers."""
-    while True:
-        if isinstance(model, nn.parallel.DistributedDataParallel):
-            model = model.module
-        elif hasattr(model, "_orig_mod") and isinstance(model._orig_mod, nn.Module):
-            model = model._orig_mod
-        else:
-            return model
 
 
 def _mover(model: nn.Module, training: bool, device: torch.device | str | None) -> Any:

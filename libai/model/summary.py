@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .execution import unwrap_model
+
 __all__ = [
     "ModelSummary",
     "SummaryRow",
@@ -121,7 +123,7 @@ def summarize_model(
         distinct parameter elements (``sum(p.numel() for p in model.parameters())``). Parameters
         held by the model itself rather than a child are one row named ``(own)``.
     """
-    model = _unwrap(model)
+    model = unwrap_model(model)
     seen: set[int] = set()
     rows: list[SummaryRow] = []
     own = list(model.parameters(recurse=False))
@@ -167,19 +169,6 @@ def summarize_model(
     )
 
 
-def _unwrap(model: nn.Module) -> nn.Module:
-    """The model inside DDP (``.module``) and torch.compile / GraphModule (``._orig_mod``)."""
-    for _ in range(4):
-        inner = getattr(model, "_orig_mod", None)
-        if not isinstance(inner, nn.Module):
-            inner = model.module if isinstance(
-                model, nn.parallel.DistributedDataParallel) else None
-        if inner is None:
-            return model
-        model = inner
-    return model
-
-
 # ------------------------------------------------------------------- optional columns
 def _shape_text(value: Any) -> str | None:
     if isinstance(value, torch.Tensor):
@@ -203,7 +192,7 @@ def record_output_shapes(model: nn.Module, depth: int = 1) -> Iterator[dict[str,
     """
     shapes: dict[str, str] = {}
     handles = []
-    for name, module in _row_modules(_unwrap(model), depth):
+    for name, module in _row_modules(unwrap_model(model), depth):
         def hook(mod: nn.Module, args: Any, out: Any, name: str = name) -> None:
             if name not in shapes:
                 text = _shape_text(out)
@@ -228,7 +217,7 @@ def flops_by_row(model: nn.Module, counts: Mapping[str, Mapping[Any, int]],
     runs itself (a ``ModuleList``) gets the FLOPs of its descendants that ran under their path,
     and is left out when there are none.
     """
-    model = _unwrap(model)
+    model = unwrap_model(model)
     root = type(model).__name__
     totals = {name: sum(ops.values()) for name, ops in counts.items()}
     out: dict[str, int] = {}

@@ -11,20 +11,8 @@ from .graph_optim_wrapper import GraphOptimWrapper
 from .optim_wrapper import OptimWrapper
 from .optimizers import TORCH_OPTIMIZERS
 from .precision import Precision
-from .scheduler import (
-    ConstantLR,
-    CosineAnnealingLR,
-    ExponentialLR,
-    LinearLR,
-    MultiStepLR,
-    OneCycleLR,
-    ParamScheduler,
-    PolyLR,
-    ReduceOnPlateauLR,
-    StepLR,
-    apply_schedulers,
-    build_param_schedulers,
-)
+from .scheduler import *  # noqa: F403  (the schedulers, listed once in scheduler/__init__.py)
+from .scheduler import __all__ as _SCHEDULERS
 
 __all__ = [
     "OptimWrapper",
@@ -34,16 +22,5 @@ __all__ = [
     "DefaultOptimWrapperConstructor",
     "build_optim_wrapper",
     "TORCH_OPTIMIZERS",
-    "ParamScheduler",
-    "apply_schedulers",
-    "build_param_schedulers",
-    "LinearLR",
-    "ConstantLR",
-    "ExponentialLR",
-    "StepLR",
-    "MultiStepLR",
-    "CosineAnnealingLR",
-    "PolyLR",
-    "OneCycleLR",
-    "ReduceOnPlateauLR",
+    *_SCHEDULERS,
 ]

@@ -114,3 +114,4 @@ def parse_clip_grad(clip_grad: Mapping | None) -> tuple[str, dict[str, Any]] | N
                 isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
             raise ConfigError(f"optim_wrapper.clip_grad.{key}={value!r}: expected a number >= 0.")
     return kind, args
+

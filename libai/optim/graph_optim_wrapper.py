@@ -1,7 +1,9 @@
 """GraphOptimWrapper: graph mode's face in the config, the training step compiled.
 
-The same model class, checkpoints, hooks and logs as eager; one config switch
-(``optim_wrapper=dict(type="GraphOptimWrapper", ...)`` or ``tools/train.py --graph``). What graph
+The same model class, checkpoints, hooks and logs as eager; one config switch (``compile=...``,
+which ``tools/train.py --graph`` sets; a config naming ``optim_wrapper=dict(type=
+"GraphOptimWrapper", ...)`` asks for the same, and a compiled run's OptimWrapper or
+AmpOptimWrapper config becomes one: :func:`compiled_wrapper_cfg`). What graph
 mode compiles, checks and falls back to is owned by :class:`libai.model.graph.GraphMode` (read
 its package docstring); this wrapper only asks it:
 
@@ -88,7 +90,7 @@ class GraphOptimWrapper(OptimWrapper):
         self.compile_options = compile_options(compile, exact_random)
         self.verify_steps = _check_count("verify_steps", verify_steps, 0)
         self.verify_rtol, self.on_mismatch, self.on_failure = verify_rtol, on_mismatch, on_failure
-        # graph mode's owner: this wrapper's own until bind_model hands it the model's
+        # graph mode's owner: this wrapper's own until bind hands it the model's
         self.graph_mode = GraphMode(self.compile_options, on_failure)
         self.graph_mode.check_parity(self.verify_steps, verify_rtol, on_mismatch, precision.dtype)
         self._lr_tensors = [self._tensor_lr(group) for group in optimizer.param_groups]
@@ -101,17 +103,27 @@ class GraphOptimWrapper(OptimWrapper):
             group["lr"] = lr = torch.tensor(float(lr), dtype=torch.float64)  # as exact as a float
         return lr
 
-    def bind_model(self, graph: Any, data_parallel: Any = None) -> None:
-        """Use the :class:`~libai.model.graph.GraphMode` of the runner's
-        :class:`~libai.model.graph.GraphModule` (one owner for the model, the backward and the
-        update), with this wrapper's parity check.
+    def bind(self, execution: Any, data_parallel: Any = None) -> None:
+        """As :meth:`OptimWrapper.bind`; a compiled run's record also hands over its
+        :class:`~libai.model.graph.GraphMode` (one owner for the model, the backward and the
+        update), which takes this wrapper's parity check.
 
         ``data_parallel``: how the processes split the data; the eager reference of the parity
         check scales its losses as the train step does. Defaults to None: one share.
         """
-        self.graph_mode = graph.graph_mode
+        super().bind(execution, data_parallel)
+        if execution.graph is None:
+            return
+        self.graph_mode = execution.graph
         self.graph_mode.check_parity(self.verify_steps, self.verify_rtol, self.on_mismatch,
                                      self.precision.dtype, data_parallel)
+
+    def bind_model(self, graph: Any, data_parallel: Any = None) -> None:
+        """:meth:`bind` for a :class:`~libai.model.graph.GraphModule` used without a runner."""
+        from libai.model.execution import Execution
+
+        self.bind(Execution(model=graph, unwrapped=graph.unwrapped, parts=(graph,),
+                            graph=graph.graph_mode, compiled=True), data_parallel)
 
     @property
     def eager(self) -> bool:
@@ -133,9 +145,10 @@ class GraphOptimWrapper(OptimWrapper):
         return self.precision.scaler
 
     # -------------------------------------------------------------------------- step
-    def update_params(self, loss: torch.Tensor, step_kwargs: dict | None = None,
+    def update_params(self, loss: torch.Tensor | None, step_kwargs: dict | None = None,
                       zero_kwargs: dict | None = None) -> None:
-        if self._reported or self.graph_mode.module is None:
+        if self._reported or self.graph_mode.module is None or loss is None:
+            # loss None: a pipeline's schedule ran the step, the forward was not graph mode's
             super().update_params(loss, step_kwargs, zero_kwargs)
             return
         stepping, start = self.should_update(), time.perf_counter()
@@ -193,3 +206,28 @@ class GraphOptimWrapper(OptimWrapper):
     def __repr__(self) -> str:
         return (super().__repr__()[:-1]
                 + f", dtype={self.precision.name}, compile={self.compile_options})")
+
+
+def compiled_wrapper_cfg(cfg: Any, switch: dict) -> Any:
+    """The ``optim_wrapper`` config of a compiled run (``compile=...``): its update runs through
+    graph mode, which :class:`GraphOptimWrapper` drives. ``OptimWrapper`` and
+    ``AmpOptimWrapper`` configs (their ``dtype`` and ``loss_scale`` kept) become one, with the
+    switch's options (``switch``: :func:`libai.model.graph.graph_options`); a GraphOptimWrapper
+    (or subclass), as a dict or built, is left as it is.
+
+    Raises:
+        ConfigError: another wrapper type, or a built wrapper that is not a GraphOptimWrapper.
+    """
+    from libai.model.graph import wrapper_switch
+    from libai.utils.errors import ConfigError
+
+    if wrapper_switch(cfg) is not None:  # a GraphOptimWrapper config (or one built)
+        return cfg
+    kind = cfg.get("type", "OptimWrapper") if isinstance(cfg, Mapping) else None
+    if kind not in ("OptimWrapper", "AmpOptimWrapper"):
+        raise ConfigError(
+            f"compile=... trains with GraphOptimWrapper (graph mode's compiled update), which "
+            f"stands in for OptimWrapper and AmpOptimWrapper configs, not for optim_wrapper="
+            f"{kind or type(cfg).__name__!r}: give optim_wrapper as a dict of one of those, or "
+            f"subclass GraphOptimWrapper.")
+    return {**cfg, "type": "GraphOptimWrapper", **switch}

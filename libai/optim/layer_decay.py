@@ -24,7 +24,7 @@ from typing import Any
 
 from torch import nn
 
-from libai.parallel.apply import find_blocks
+from libai.model.blocks import find_blocks
 from libai.utils.errors import ConfigError
 
 __all__ = ["LAYER_DECAY_KEYS", "LayerDecay", "check_layer_decay_cfg", "layer_decay_for"]
@@ -113,7 +113,8 @@ def layer_decay_for(model: nn.Module, rate: float, blocks: list[str] | None = No
     """Assign every parameter of ``model`` to its layer (see the module docstring).
 
     Args:
-        model: The model (a DDP wrapper is looked through for ``parallel_blocks``).
+        model: The model as built (the run's ``execution.unwrapped``: no DDP or compile
+            wrapper around it).
         rate: The decay rate, in (0, 1].
         blocks: Class names of the repeated blocks. Defaults to None: the model's
             ``parallel_blocks``.
@@ -121,8 +122,6 @@ def layer_decay_for(model: nn.Module, rate: float, blocks: list[str] | None = No
     Raises:
         ConfigError: no block class is known, or no module has a named class.
     """
-    if isinstance(model, nn.parallel.DistributedDataParallel):
-        model = model.module
     names = tuple(blocks or getattr(model, "parallel_blocks", None) or ())
     if not names:
         hint = _repeated_classes(model)

@@ -25,31 +25,12 @@ from libai.registry import OPTIM_WRAPPERS
 from libai.utils.errors import CheckpointError, ConfigError
 
 from .clip import clip_grad_norm_, parse_clip_grad
+from .grads import fast_zero_grad, load_grads
 from .precision import Precision
 
 _NO_CONTEXT = nullcontext()
-_TORCH_ZERO_GRAD = torch.optim.Optimizer.zero_grad
-_profiler_enabled = torch._C._autograd._profiler_enabled
 
 __all__ = ["OptimWrapper"]
-
-
-def _zero_grad(optimizer: torch.optim.Optimizer, set_to_none: bool = True) -> None:
-    """``optimizer.zero_grad(set_to_none)``, done directly where that is all torch would do.
-
-    torch's ``zero_grad(set_to_none=True)`` wraps ``p.grad = None`` in a profiler label: 6.3 us
-    against 0.4 us here, 4% of benchmarks/overhead.py's 150 us step (a private-API fast path is
-    kept only above 1%). Skipped when the optimizer overrides ``zero_grad`` or a profiler records
-    (``torch._C._autograd._profiler_enabled``, torch's own check; no public one exists);
-    tests/optim/test_optim_wrapper.py pins all three cases to the public call's behaviour.
-    """
-    if (set_to_none and type(optimizer).zero_grad is _TORCH_ZERO_GRAD
-            and "zero_grad" not in optimizer.__dict__ and not _profiler_enabled()):
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                p.grad = None
-    else:
-        optimizer.zero_grad(set_to_none=set_to_none)
 
 
 def _check_count(name: str, value: Any, minimum: int) -> int:
@@ -105,8 +86,8 @@ class OptimWrapper:
         self._max_counts: int | None = None
         self._restored_grads_at: int | None = None
         self._after_backward: list[Callable[[], Any]] = []
-        # the norm clip's function; a pipeline sets one whose norm covers every stage
-        self.clip_norm_fn: Callable[..., torch.Tensor] | None = None
+        # how the norm clip combines over processes: the execution record's (see bind)
+        self._norm_over: dict[str, Any] = {}
         self._grad_norm: torch.Tensor | None = None  # kept on device; read lazily in scalars()
         cls = type(self)
         # optim_context not overridden and no autocast: with accumulative_counts == 1 the
@@ -189,18 +170,27 @@ class OptimWrapper:
 
     def update_params(
         self,
-        loss: torch.Tensor,
+        loss: torch.Tensor | None,
         step_kwargs: dict | None = None,
         zero_kwargs: dict | None = None,
     ) -> None:
         """Backward ``loss / window size``; at the end of a window clip, step and zero grads.
 
         Args:
-            loss: The scalar loss of one micro-batch.
+            loss: The scalar loss of one micro-batch; None when its backward has run already
+                (a pipeline schedule runs it, the losses divided by :meth:`loss_divisor`).
             step_kwargs: Keyword arguments for ``step``. Defaults to None.
             zero_kwargs: Keyword arguments for ``zero_grad``. Defaults to None.
         """
         count = self._inner_count
+        if loss is None:
+            for fn in self._after_backward:
+                fn()
+            self._inner_count = count + 1
+            if self._window_complete(count):
+                self.step(**(step_kwargs or {}))
+                self.zero_grad(**(zero_kwargs or {}))
+            return
         if self._plain_steps and self.accumulative_counts == 1 and not (step_kwargs or zero_kwargs):
             # the common case, run every iteration: what backward/step/zero_grad below would do,
             # without their calls (a subclass overriding any of them never gets here)
@@ -211,7 +201,7 @@ class OptimWrapper:
             if self._clip is not None:
                 self._clip_grads()
             self.optimizer.step()
-            _zero_grad(self.optimizer)
+            fast_zero_grad(self.optimizer)
             return
         divisor = self._divisor(count)
         self.backward(loss / divisor if divisor != 1 else loss)
@@ -225,25 +215,25 @@ class OptimWrapper:
         (1 without accumulation). A step whose backward runs elsewhere divides by it itself."""
         return self._divisor(self._inner_count)
 
-    def update_after_backward(self) -> None:
-        """``update_params`` for a step whose backward already ran (a pipeline schedule runs
-        forward and backward together, the losses divided by :meth:`loss_divisor`): the
-        after-backward callbacks, then at the end of a window clip, step and zero grads.
+    def bind(self, execution: Any, data_parallel: Any = None) -> None:
+        """Take what the run's :class:`~libai.model.execution.Execution` record says the step
+        needs: how the gradient norm combines over processes (a pipeline's stages) and which
+        parameters it skips. The runner calls it once, before the first step.
+
+        Args:
+            execution: The record.
+            data_parallel: How the processes split the data (graph mode's parity check scales
+                its losses by it). Defaults to None: one share.
 
         Raises:
-            ConfigError: a GradScaler (float16) would have had to scale that backward's loss.
+            ConfigError: a GradScaler (float16) and a schedule that runs the backward itself.
         """
-        if getattr(self.precision, "scaler", None) is not None:
+        if execution.schedule is not None and self.precision.scaler is not None:
             raise ConfigError("float16 mixed precision scales the loss before the backward, "
                               "which a pipeline schedule runs itself: use dtype='bfloat16' "
                               "(no loss scaling) with parallel.pipeline.")
-        count = self._inner_count
-        for fn in self._after_backward:
-            fn()
-        self._inner_count = count + 1
-        if self._window_complete(count):
-            self.step()
-            self.zero_grad()
+        self._norm_over = ({} if execution.combine_norm is None else
+                           dict(combine=execution.combine_norm, skip=execution.norm_skip))
 
     def register_after_backward(self, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` after every ``backward``, before any optimizer step.
@@ -284,7 +274,7 @@ class OptimWrapper:
         Args:
             set_to_none: Set gradients to None instead of zero tensors. Defaults to True.
         """
-        _zero_grad(self.optimizer, set_to_none)
+        fast_zero_grad(self.optimizer, set_to_none)
 
     def _clip_grads(self) -> None:
         if self._clip is None:
@@ -294,7 +284,7 @@ class OptimWrapper:
             return
         kind, kwargs = self._clip
         if kind == "norm":
-            self._grad_norm = (self.clip_norm_fn or clip_grad_norm_)(params, **kwargs)
+            self._grad_norm = clip_grad_norm_(params, **kwargs, **self._norm_over)
         else:
             nn.utils.clip_grad_value_(params, **kwargs)
 
@@ -389,25 +379,10 @@ class OptimWrapper:
         self._grad_norm = state_dict.get("grad_norm")
         grads = state_dict.get("accumulated_grads")
         if grads is not None:
-            self._load_grads(grads)
+            load_grads(self._params(), grads)
         if grads is not None or state_dict.get("grads_in_shards"):
             self._restored_grads_at = self._inner_count
         self.precision.load_state_dict(state_dict)
-
-    def _load_grads(self, grads: list[torch.Tensor | None]) -> None:
-        params = self._params()
-        if len(grads) != len(params):
-            raise CheckpointError(
-                f"The checkpoint's accumulated_grads has {len(grads)} entries but the optimizer "
-                f"has {len(params)} parameters."
-            )
-        for p, g in zip(params, grads):
-            if g is not None and g.shape != p.shape:
-                raise CheckpointError(
-                    f"An accumulated gradient has shape {tuple(g.shape)} in the checkpoint but "
-                    f"its parameter has shape {tuple(p.shape)}."
-                )
-            p.grad = None if g is None else g.to(device=p.device, dtype=p.dtype).clone()
 
     def __repr__(self) -> str:
         clip = None if self._clip is None else {"type": self._clip[0], **self._clip[1]}

@@ -23,9 +23,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from libai.model.blocks import find_blocks
 from libai.utils import dist
 from libai.utils.errors import ConfigError
-from libai.utils.suggest import did_you_mean
 
 from .config import CPU_OFFLOAD_WITHOUT_FSDP, ParallelConfig
 
@@ -44,29 +44,6 @@ def build_mesh(pc: ParallelConfig, device_type: str) -> Any:
 
     names = tuple(n for n in ("pipeline", "data", "fsdp", "tensor") if getattr(pc, n) > 1)
     return init_device_mesh(device_type, tuple(getattr(pc, n) for n in names), mesh_dim_names=names)
-
-
-def find_blocks(model: nn.Module, names: tuple[str, ...] | list[str] | None,
-                key: str = "parallel.blocks") -> list[nn.Module]:
-    """The modules whose class, or a base class, is named in ``names`` (None: the model's
-    ``parallel_blocks``). Base classes count because fully_shard turns a ``TransformerBlock``
-    into an ``FSDPTransformerBlock``."""
-    names = tuple(names if names is not None else getattr(model, "parallel_blocks", ()))
-    if not names:
-        return []
-    modules = [m for m in model.modules() if m is not model]
-    found = [m for m in modules if _class_names(m) & set(names)]
-    missing = [n for n in names if not any(n in _class_names(m) for m in model.modules())]
-    if missing:
-        classes = sorted({type(m).__name__ for m in model.modules()})
-        raise ConfigError(
-            f"{key}: {type(model).__name__} has no module of class {missing[0]!r}."
-            f"{did_you_mean(missing[0], classes)} Its classes: {', '.join(classes)}.")
-    return found
-
-
-def _class_names(module: nn.Module) -> set[str]:
-    return {c.__name__ for c in type(module).__mro__}
 
 
 def _checkpointed_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:

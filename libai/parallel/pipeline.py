@@ -27,13 +27,16 @@ from typing import Any
 import torch
 from torch import nn
 
+from libai.model.execution import PIPELINE_FLOPS
 from libai.utils.errors import ConfigError, TrainingError
 
 from .config import ParallelConfig
 from .pipeline_module import PipelineModule, bubble, merge_outputs
+from .stage import StageModule
 
-__all__ = ["Absent", "PIPELINE_ATTR", "PipelineModule", "StageModule", "balanced_split", "bubble",
-           "build_pipeline", "compile_blocks", "merge_outputs", "prune", "stage_layout"]
+__all__ = ["Absent", "PipelineModule", "StageModule", "balanced_split", "bubble",
+           "build_pipeline", "execution_fields", "merge_outputs", "prune",
+           "stage_layout"]
 
 
 class Absent(nn.Module):
@@ -133,7 +136,7 @@ def model_parts(model: nn.Module, block_names: Any) -> tuple[list[str], dict[str
         ConfigError: the model declares no ``pipeline_split`` (or the methods it goes with), a
             path that is not a submodule, or leaves a parameter in no part.
     """
-    from .apply import find_blocks
+    from libai.model.blocks import find_blocks
 
     name = type(model).__name__
     split = getattr(model, "pipeline_split", None)
@@ -189,64 +192,6 @@ def prune(model: nn.Module, keep: Sequence[str], placed: Sequence[str]) -> None:
     visit(model, "")
 
 
-class StageModule(nn.Module):
-    """One pipeline stage, as ``torch.distributed.pipelining.PipelineStage`` runs it:
-    ``forward(h, **microbatch)`` (the first stage: ``forward(**microbatch)``) runs the model's
-    first part (first stage), its blocks, and the last part (last stage), which returns the
-    microbatch's weighted loss in training; what it computed is kept in :attr:`records`.
-
-    Args:
-        model: The pruned model (it holds the parameters of this process's stages).
-        index: The stage's position, 0 ... ``num_stages`` - 1.
-        num_stages: Stages in the pipeline.
-        blocks: The blocks this stage runs, in order.
-    """
-
-    def __init__(self, model: nn.Module, index: int, num_stages: int,
-                 blocks: list[nn.Module]) -> None:
-        super().__init__()
-        self.model = model
-        self.index, self.num_stages = index, num_stages
-        self.is_first, self.is_last = index == 0, index == num_stages - 1
-        self.blocks = blocks  # a plain list: the modules are registered under self.model
-        self.records: list[Any] = []  # last stage: per microbatch, what the logs or outputs need
-        self.weigh: Any = None  # last stage in training: outputs, microbatch -> (loss, logs)
-        self.probing = False  # the next call is the schedule's shape probe (see forward)
-
-    def forward(self, *args: torch.Tensor, **batch: Any) -> torch.Tensor:
-        if self.probing:  # the schedule's first call runs a microbatch to learn the shapes it
-            self.probing = False  # sends: it must draw no random numbers (dropout) and leave no
-            with torch.random.fork_rng(devices=_rng_devices(batch)):  # record
-                return self._run(args, batch, record=False)
-        return self._run(args, batch, record=True)
-
-    def _run(self, args: tuple, batch: dict, record: bool) -> torch.Tensor:
-        model = self.model
-        h = model.pipeline_first(batch) if self.is_first else args[0]  # (b, S, H)
-        kwargs = model.pipeline_block_kwargs(h, batch)
-        for block in self.blocks:
-            h = block(h, **kwargs)
-        if not self.is_last:
-            return h
-        outputs = model.pipeline_last(h, batch)
-        if self.weigh is None:  # evaluation: the outputs, merged after the schedule
-            if record:
-                self.records.append(outputs)
-            return h.new_zeros(())
-        loss, logs = self.weigh(outputs, batch)
-        if record:
-            self.records.append(logs)
-        return loss
-
-
-def _rng_devices(batch: dict) -> list[int]:
-    tensor = next((v for v in batch.values() if isinstance(v, torch.Tensor)), None)
-    return [tensor.device.index or 0] if tensor is not None and tensor.is_cuda else []
-
-
-PIPELINE_ATTR = "_libai_pipeline_stages"  # on a pruned model: the stages it holds
-
-
 def build_pipeline(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torch.device,
                    rank: int, data_parallel: Any, *, activation_checkpointing: Any = None,
                    param_dtype: torch.dtype | None = None) -> tuple[PipelineModule, list[str]]:
@@ -282,7 +227,6 @@ def build_pipeline(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torc
     tied = [n for n, _ in model.named_parameters()
             if _under(n, parts["first"]) and _under(n, parts["last"])]
     prune(model, keep, [*blocks, *parts["first"], *parts["last"]])
-    setattr(model, PIPELINE_ATTR, tuple(mine))
     stages = [StageModule(model, s, S, [model.get_submodule(blocks[i]) for i in layout[s]])
               for s in mine]
     lines = [pc.describe(), _describe_layout(layout, blocks, pc)]
@@ -306,6 +250,20 @@ def build_pipeline(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torc
     return PipelineModule(model, stages, pc, device, groups, tied, last_rank, data_parallel), lines
 
 
+def execution_fields(pipe: PipelineModule) -> dict[str, Any]:
+    """What the execution record (:class:`libai.model.execution.Execution`) says of a pipeline
+    process: its stages are its parts, the pipeline runs each step, the gradient norm combines
+    over the stages (the tied weights counted on the first stage only), the modules of the other
+    stages are elsewhere, and FlopCounterMode cannot count a step."""
+    model = pipe._model[0]
+    first = any(stage.is_first for stage in pipe.stages)
+    return dict(parts=tuple(pipe.stages), schedule=pipe, sharded=True,
+                combine_norm=pipe.combine_norm, norm_skip=() if first else tuple(pipe.tied),
+                elsewhere=tuple(n for n, m in model.named_modules() if isinstance(m, Absent)),
+                stages=(tuple(stage.index for stage in pipe.stages), pipe.stages[0].num_stages),
+                flops_uncountable=PIPELINE_FLOPS)
+
+
 def _size(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
@@ -321,12 +279,3 @@ def _describe_layout(layout: list[list[int]], blocks: list[str], pc: ParallelCon
     how = "given" if pc.pipeline_stage_ids is not None else "balanced by parameters"
     return (f"Pipeline: {pc.pipeline_schedule}, {len(layout)} stages over {pc.pipeline} "
             f"processes, {len(blocks)} blocks ({how}): {stages}")
-
-
-def compile_blocks(module: PipelineModule, options: dict[str, Any]) -> int:
-    """Graph mode under a pipeline: ``torch.compile`` each block's forward (after activation
-    checkpointing, which it then includes); returns how many."""
-    blocks = [block for stage in module.stages for block in stage.blocks]
-    for block in blocks:
-        block.forward = torch.compile(block.forward, **options)
-    return len(blocks)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Mapping
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -26,7 +25,7 @@ from .config import SCHEDULES, ParallelConfig
 from .pipeline_outputs import Weigher, batch_size_of, merge_outputs
 
 if TYPE_CHECKING:
-    from .pipeline import StageModule
+    from .stage import StageModule
 
 __all__ = ["PipelineModule", "bubble", "merge_outputs"]
 
@@ -150,12 +149,6 @@ class PipelineModule(nn.Module):
         size = batch_size_of(batch)
         n = self.microbatches_used = self.microbatches_for(size, training=True)
         divisor = optim_wrapper.loss_divisor()
-        if optim_wrapper.clip_norm_fn is None:  # the norm of every stage's gradients
-            from libai.optim.clip import clip_grad_norm_
-
-            optim_wrapper.clip_norm_fn = partial(
-                clip_grad_norm_, combine=self._combine_norm,
-                skip=self.tied if not any(s.is_first for s in self.stages) else ())
         model = self._model[0]
         totals = self._item_totals(model, batch)
         for stage in self.stages:
@@ -169,11 +162,12 @@ class PipelineModule(nn.Module):
             schedule.step(target=target, return_outputs=False, **batch)
         self._reduce_grads(earlier)
         logs = self._share(self._logs())
-        optim_wrapper.update_after_backward()
+        optim_wrapper.update_params(None)  # the schedule ran the backward
         return logs
 
-    def _combine_norm(self, norm: torch.Tensor, norm_type: float) -> torch.Tensor:
-        """The gradient norm over the stages of the pipeline, from this process's."""
+    def combine_norm(self, norm: torch.Tensor, norm_type: float) -> torch.Tensor:
+        """The gradient norm over the stages of the pipeline, from this process's (the execution
+        record's ``combine_norm``: the optimizer wrapper's clip reads it)."""
         import torch.distributed as tdist
 
         group = self.groups["pipeline"]

@@ -16,12 +16,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from libai.utils.errors import BuildError, RegistryError
+from libai.utils.imports import import_module, module_missing, not_on_sys_path
 from libai.utils.suggest import did_you_mean
 
 from .diagnose import check_annotated_kinds, explain_failure
@@ -262,18 +262,9 @@ def _import_module(name: str) -> Any:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as e:
-        cwd = os.getcwd()
-        searched = {os.path.abspath(p or os.curdir) for p in sys.path if isinstance(p, str)}
-        missing = e.name is not None and (name == e.name or name.startswith(e.name + "."))
-        if not missing or cwd in searched:
+        if not module_missing(name, e) or not not_on_sys_path([os.getcwd()]):
             raise
-    sys.path.insert(0, cwd)
-    try:
-        importlib.invalidate_caches()
-        return importlib.import_module(name)
-    finally:
-        if cwd in sys.path:
-            sys.path.remove(cwd)
+    return import_module(name, [os.getcwd()])
 
 
 def build_from_cfg(

@@ -45,7 +45,7 @@ TOP_LEVEL_KEYS = {
     "randomness": "dict(seed=..., deterministic=False, diff_rank_seed=False)",
     "env_cfg": "dict(dist_backend=None, dist_timeout=1800)",
     "device": "'auto' (default), 'cpu', 'cuda' or 'cuda:N'",
-    "compile": "the forward compiled: True or torch.compile options (graph mode is optim_wrapper.type='GraphOptimWrapper')",
+    "compile": "graph mode: True, or torch.compile options and on_failure, verify_steps, ... (docs/optim_wrappers.md)",
     "model_wrapper_cfg": "extra DistributedDataParallel arguments",
     "parallel": "dict(data=None, fsdp=1, tensor=1, pipeline=1, rank0_init=False, ...): how the processes split the work (docs/parallel.md)",
     "activation_checkpointing": "None, 'blocks' or dict(modules=[class names]): recompute in the backward",
@@ -285,27 +285,28 @@ def build_hooks(default_hooks: dict, overrides: Any, custom_hooks: Any) -> list:
     return sorted(hooks, key=lambda h: h.priority)
 
 
-def build_train_step(model: nn.Module, forward: nn.Module, device: Any, data_parallel: DataParallel,
+def build_train_step(execution: Any, device: Any, data_parallel: DataParallel,
                      tensor_parallel: bool, logger: Any) -> Any:
-    """``step(data, optim_wrapper)`` for the run: the model's own ``train_step`` (``forward``
-    passed in) or the default one; under tensor parallel, inside the loss-parallel context."""
+    """``step(data, optim_wrapper)`` for the run: the pipeline's (its schedule runs forward and
+    backward), the model's own ``train_step`` (the record's ``model`` passed as ``forward``) or
+    the default one; under tensor parallel, inside the loss-parallel context. ``execution``: the
+    run's :class:`~libai.model.execution.Execution` record."""
     from functools import partial
 
     from libai.model import make_train_step
-    from libai.model.graph import GraphModule
     from libai.parallel import in_loss_parallel
-    from libai.parallel.pipeline import PipelineModule
 
+    model, forward = execution.unwrapped, execution.model
     own = getattr(model, "train_step", None)
-    if isinstance(forward, PipelineModule):  # the schedule runs forward and backward
+    if execution.schedule is not None:  # the schedule runs forward and backward
         if own is not None:
             raise ConfigError(f"{type(model).__name__} has its own train_step, which a pipeline "
                               f"cannot run (the schedule calls the stages): remove "
                               f"parallel.pipeline, or train with the default step.")
-        return forward.train_step
+        return execution.schedule.train_step
     step = partial(own, forward=forward) if own is not None else make_train_step(
         model, forward, device, data_parallel)
-    if own is not None and isinstance(forward, GraphModule):
+    if own is not None and execution.graph is not None:
         logger.info(f"Graph mode: {type(model).__name__} has its own train_step: its calls to "
                     f"forward are compiled and update_params steps with the compiled update; the "
                     f"rest of its train_step runs eager.")

@@ -1,6 +1,8 @@
-"""The model across processes: DDP (the default under torchrun), or what the ``parallel`` and
-``activation_checkpointing`` keys ask for (libai.parallel: FSDP2, tensor parallel, HSDP); then
-compiled, when graph mode or ``compile`` asks for it."""
+"""Preparing the model: built (:func:`build_model`), across processes (:func:`distribute_model`:
+DDP, the default under torchrun, or what the ``parallel`` and ``activation_checkpointing`` keys
+ask for: FSDP2, tensor parallel, HSDP, pipeline stages), then compiled when the compile switch
+asks for it (:func:`compile_step`). :func:`prepare_model` returns the
+:class:`~libai.model.execution.Execution` record that says what it did."""
 
 from __future__ import annotations
 
@@ -10,10 +12,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from libai.model.blocks import find_blocks
+from libai.model.execution import COMPILED_FLOPS, Execution
 from libai.parallel import ParallelConfig, build_mesh, build_on_rank0, parallelize
 from libai.utils import dist
 
-__all__ = ["build_model", "distribute_model", "wrap_model"]
+__all__ = ["build_model", "compile_step", "distribute_model", "prepare_model"]
 
 _AMP_DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
                "fp16": torch.float16}
@@ -90,27 +94,54 @@ def distribute_model(cfg: Any, model: nn.Module, pc: ParallelConfig, device: tor
     return model
 
 
-def wrap_model(cfg: Any, model: nn.Module, pc: ParallelConfig, device: torch.device,
-               logger: Any) -> nn.Module:
-    """The model as trained: distributed (:func:`distribute_model`), then in graph mode a
-    :class:`~libai.model.graph.GraphModule` (a sharded model compiled block by block, as torch
-    advises), or compiled as ``cfg.compile`` says."""
-    from libai.model import compile_model
-    from libai.model.graph import GraphModule, graph_options
-    from libai.parallel import find_blocks
+def prepare_model(cfg: Any, model: nn.Module, pc: ParallelConfig, device: torch.device,
+                  logger: Any) -> Execution:
+    """The model as this process runs it, and the record that says how: distributed
+    (:func:`distribute_model`: activation checkpointing, then tensor parallel, FSDP or DDP, or
+    this process's pipeline stages), then compiled when the compile switch is on
+    (:func:`compile_step`). The one place that knows what the model became: everything else
+    reads the returned :class:`~libai.model.execution.Execution`."""
+    from libai.model.graph import graph_options
 
-    graph = graph_options(cfg)  # graph mode decides whether the config asks for it
-    model = distribute_model(cfg, model, pc, device, logger)
-    if pc.pipeline > 1:  # the schedule calls the stages: graph mode compiles their blocks
-        options = graph["compile"] if graph is not None else cfg.get("compile")
-        if options:
-            from libai.parallel.pipeline import compile_blocks
+    switch = graph_options(cfg)  # graph mode: compile=... or a GraphOptimWrapper config
+    forward = distribute_model(cfg, model, pc, device, logger)
+    if pc.pipeline > 1:
+        from libai.parallel.pipeline import execution_fields
 
-            n = compile_blocks(model, {} if options is True else dict(options))
-            logger.info(f"Graph mode: the {n} blocks of this process's stages compiled one by "
-                        f"one (torch.compile); the schedule and the losses run eager")
-        return model
-    if graph is not None:
-        blocks = find_blocks(model, pc.blocks) if dist.is_sharded(model) else None
-        return GraphModule(model, **graph, blocks=blocks or None)
-    return compile_model(model, cfg.get("compile") or False)
+        fields = execution_fields(forward)
+        blocks = [block for stage in fields["parts"] for block in stage.blocks]
+    else:
+        fields = dict(parts=(forward,), sharded=dist.is_sharded(model))
+        blocks = find_blocks(model, pc.blocks) if fields["sharded"] else []
+    graph = None
+    if switch is not None:
+        forward, graph = compile_step(forward, model, switch, blocks, fields.get("schedule"),
+                                       logger)
+        fields.update(compiled=True, flops_uncountable=COMPILED_FLOPS)
+        if fields.get("schedule") is None:
+            fields["parts"] = (forward,)
+    return Execution(model=forward, unwrapped=model, graph=graph, **fields)
+
+
+def compile_step(forward: nn.Module, model: nn.Module, switch: dict, blocks: list[nn.Module],
+                  schedule: Any, logger: Any) -> tuple[nn.Module, Any]:
+    """Graph mode, as one step of preparing the model, after activation checkpointing (which
+    the compiled blocks then include) and after FSDP / tensor parallel / DDP have wrapped it.
+
+    ``blocks`` (a sharded model's, or the blocks of this process's pipeline stages) are compiled
+    one by one, as torch advises for FSDP2 and DTensor: their hooks run eager between them; an
+    unsharded model compiles whole. Returns what to run (a
+    :class:`~libai.model.graph.GraphModule`, or the pipeline whose schedule calls the compiled
+    blocks) and its :class:`~libai.model.graph.GraphMode`.
+    """
+    from libai.model.graph import GraphMode, GraphModule
+
+    if schedule is None:
+        forward = GraphModule(forward, compile=switch["compile"], on_failure=switch["on_failure"],
+                              blocks=blocks or None, unwrapped=model)
+        return forward, forward.graph_mode
+    graph = GraphMode(switch["compile"], switch["on_failure"])
+    graph.compile_model(forward, blocks, model)
+    logger.info(f"Graph mode: the {len(blocks)} blocks of this process's stages compiled one by "
+                f"one (torch.compile); the schedule and the losses run eager")
+    return forward, graph

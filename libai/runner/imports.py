@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
 from libai.utils.errors import ConfigError
-from libai.utils.suggest import did_you_mean
+from libai.utils.imports import module_missing, on_sys_path
+from libai.utils.suggest import refuse_unknown
 
 __all__ = ["CUSTOM_IMPORTS_KEYS", "import_custom_modules"]
 
@@ -54,7 +53,7 @@ def import_custom_modules(spec: Any, config_file: str | os.PathLike | None = Non
     names, allow_failed = _parse(spec)
     folders = _search_folders(config_file)
     modules = []
-    with _on_sys_path(folders):
+    with on_sys_path(folders):
         importlib.invalidate_caches()  # modules written since the interpreter started
         for name in names:
             try:
@@ -78,12 +77,7 @@ def _parse(spec: Any) -> tuple[list[str], bool]:
         hint = " (write it as custom_imports=dict(imports=[...]))" if isinstance(spec, (list, tuple, str)) else ""
         raise ConfigError(f"custom_imports must be a dict such as {_EXAMPLE}, got "
                           f"{type(spec).__name__} {spec!r}{hint}.")
-    for key in spec:
-        if key not in CUSTOM_IMPORTS_KEYS:
-            raise ConfigError(
-                f"custom_imports has an unknown key {key!r}.{did_you_mean(str(key), CUSTOM_IMPORTS_KEYS)} "
-                f"Valid keys: {', '.join(CUSTOM_IMPORTS_KEYS)}."
-            )
+    refuse_unknown(spec, CUSTOM_IMPORTS_KEYS, lambda key: f"custom_imports has an unknown key {key!r}")
     if "imports" not in spec:
         raise ConfigError(f"custom_imports needs an 'imports' key listing module names: {_EXAMPLE}.")
     imports = spec["imports"]
@@ -118,28 +112,11 @@ def _search_folders(config_file: str | os.PathLike | None) -> dict[str, str]:
     return folders
 
 
-@contextmanager
-def _on_sys_path(folders: Iterable[str]) -> Iterator[None]:
-    """Put ``folders`` first on ``sys.path`` (those not already on it), and take them off after."""
-    present = {os.path.abspath(p or os.curdir) for p in sys.path if isinstance(p, str)}
-    added = [f for f in folders if f not in present]
-    sys.path[:0] = added
-    try:
-        yield
-    finally:
-        for folder in added:
-            if folder in sys.path:
-                sys.path.remove(folder)
-
-
 def _failure(name: str, error: BaseException, folders: dict[str, str]) -> str:
     """One line: which module, where it was looked for, and the error's first line."""
     text = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
     what = f"{type(error).__name__}: {text}" if text else type(error).__name__
     where = " and ".join(f"{label} {folder}" for folder, label in folders.items())
-    missing = isinstance(error, ModuleNotFoundError) and error.name is not None and (
-        name == error.name or name.startswith(error.name + ".")
-    )
-    if missing:
+    if module_missing(name, error):
         return f"custom_imports: cannot import {name!r}: {what}. Searched {where}, then sys.path."
     return f"custom_imports: importing {name!r} failed: {what}. (Searched {where}, then sys.path.)"

@@ -17,7 +17,7 @@ import torch
 from libai.utils import dist
 from libai.utils.errors import CheckpointError, ConfigError
 from libai.utils.paths import check_output_path
-from libai.utils.suggest import did_you_mean
+from libai.utils.suggest import did_you_mean, refuse_unknown
 
 __all__ = [
     "LOG_LEVELS",
@@ -171,20 +171,19 @@ def check_device(device: Any) -> None:
 
 
 def check_compile(value: Any) -> None:
-    """``compile``: True/False/None, or a dict of ``torch.compile`` arguments."""
+    """``compile``: True/False/None, or a dict of ``torch.compile`` arguments and graph-mode
+    options (``GRAPH_KEYS``)."""
     if value is None or isinstance(value, bool):
         return
     if not isinstance(value, Mapping):
         fix = " Write compile=True." if str(value).lower() in ("yes", "true", "on", "1") else ""
         raise ConfigError(f"compile={value!r}: expected True, False or a dict of torch.compile "
                           f"arguments such as dict(mode='max-autotune').{fix}")
-    from libai.model.graph import COMPILE_KEYS
+    from libai.model.graph import COMPILE_KEYS, GRAPH_KEYS
 
-    for key in value:
-        if key not in COMPILE_KEYS:
-            raise ConfigError(f"compile.{key} is not a torch.compile argument."
-                              f"{did_you_mean(str(key), COMPILE_KEYS)} Valid: "
-                              f"{', '.join(COMPILE_KEYS)}.")
+    refuse_unknown(value, COMPILE_KEYS + GRAPH_KEYS,
+                   lambda k: f"compile.{k} is not a torch.compile argument",
+                   "Valid:")
     mode = value.get("mode")
     if mode is not None and value.get("backend", "inductor") == "inductor":
         modes = tuple(m for m in torch._inductor.list_mode_options() if m != "default")
@@ -200,11 +199,8 @@ def check_input_path(key: str, value: Any) -> None:
         return
     path = value
     if isinstance(value, Mapping):  # load_from=dict(path=..., strict=True, remap=None)
-        for option in value:
-            if option not in LOAD_OPTIONS:
-                raise ConfigError(f"{key}.{option} is not an option of {key}."
-                                  f"{did_you_mean(str(option), LOAD_OPTIONS)} Valid: "
-                                  f"{', '.join(LOAD_OPTIONS)}.")
+        refuse_unknown(value, LOAD_OPTIONS, lambda o: f"{key}.{o} is not an option of {key}",
+                       "Valid:")
         if not isinstance(value.get("strict", True), bool):
             raise ConfigError(f"{key}.strict={value['strict']!r}: expected True (every key must "
                               f"match) or False (report missing and unexpected keys).")
@@ -240,11 +236,8 @@ def _check_resume_options(options: Any) -> None:
     if not isinstance(options, Mapping):
         raise ConfigError(f"resume_options={options!r}: expected dict(allow_changes=[...], "
                           f"damaged='stop' or 'rename').")
-    for key in options:
-        if key not in ("allow_changes", "damaged"):
-            raise ConfigError(f"resume_options.{key} is not an option."
-                              f"{did_you_mean(str(key), ('allow_changes', 'damaged'))} Valid: "
-                              f"allow_changes, damaged.")
+    refuse_unknown(options, ("allow_changes", "damaged"),
+                   lambda k: f"resume_options.{k} is not an option", "Valid:")
     check_choice("resume_options.damaged", options.get("damaged", "stop"), ("stop", "rename"))
     allow = options.get("allow_changes")
     if allow is not None and not (isinstance(allow, (list, tuple))

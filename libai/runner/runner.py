@@ -17,10 +17,9 @@ from typing import Any
 
 from torch import nn
 
-from libai.checkpoint.checkpointer import Checkpointer, HookStates, StateList
+from libai.checkpoint.checkpointer import Checkpointer, HookStates, OptimizerState, StateList
 from libai.hooks.hook import Hook, StageIndex, get_priority
 from libai.model import test_step as default_eval_step
-from libai.model.graph import GraphModule
 from libai.parallel import parse_parallel
 from libai.registry import RUNNERS
 from libai.utils import dist
@@ -29,7 +28,7 @@ from libai.utils.message_hub import MessageHub
 
 from . import build, env, imports, preemption
 from .data_check import check_data_files, model_with_classes
-from .distribute import build_model, wrap_model
+from .distribute import build_model, prepare_model
 from .preflight import check_model_type, check_watched_metrics, preflight
 
 __all__ = ["Runner"]
@@ -113,7 +112,11 @@ class Runner:
         self.unwrapped_model = build_model(cfg, self.parallel, self.device,
                                            same_seed=not self._diff_rank_seed,
                                            model_cfg=model_cfg if derived else None)
-        self.model = self._wrap(self.unwrapped_model)
+        # what the model became (DDP, FSDP, pipeline stages, compiled), said once: the optimizer
+        # wrapper, the train step, the checkpointer and the hooks read this record
+        self.execution = prepare_model(cfg, self.unwrapped_model, self.parallel, self.device,
+                                       self.logger)
+        self.model = self.execution.model
         self.hooks = build.build_hooks(DEFAULT_HOOKS, cfg.get("default_hooks"), cfg.get("custom_hooks"))
         if self.fast_dev_run:  # a dry run saves nothing
             self.hooks = [h for h in self.hooks if not isinstance(h, CheckpointHook)]
@@ -124,7 +127,8 @@ class Runner:
             self.work_dir, self.model, self.unwrapped_model, cfg=cfg, logger=self.logger,
             call_hook=self.call_hook, meta={"seed": self.seed, "experiment_name": self.experiment_name,
                   "data_shares": self.data_parallel.size},
-            series_dir=self.log_dir, config_text=config_text, dry_run=self.fast_dev_run > 0)
+            series_dir=self.log_dir, config_text=config_text, dry_run=self.fast_dev_run > 0,
+            execution=self.execution)
         # the shared services hooks use, assembled here (and in register_hook) and nowhere else
         self.writer, self.checkpointer.schedule = build.hook_services(self.hooks)
         self.checkpointer.track(message_hub=self.message_hub, hooks=HookStates(lambda: self.hooks))
@@ -142,9 +146,6 @@ class Runner:
         """The run folder training writes its scalars to: this run's, or after a resume the one
         of the checkpoint's series."""
         return self.checkpointer.series_dir
-
-    def _wrap(self, model: nn.Module) -> nn.Module:
-        return wrap_model(self.cfg, model, self.parallel, self.device, self.logger)
 
     # ------------------------------------------------------------------------- parts
     @property
@@ -193,9 +194,14 @@ class Runner:
             if self.cfg.get("optim_wrapper") is None:
                 raise ConfigError("Training needs 'optim_wrapper', e.g. optim_wrapper=dict("
                                   "optimizer=dict(type='AdamW', lr=1e-3)).")
-            self._optim_wrapper = build_optim_wrapper(self.unwrapped_model, self.cfg.optim_wrapper)
-            if isinstance(self.model, GraphModule) and hasattr(self._optim_wrapper, "bind_model"):
-                self._optim_wrapper.bind_model(self.model, self.data_parallel)
+            from libai.model.graph import graph_options
+            from libai.optim.graph_optim_wrapper import compiled_wrapper_cfg
+
+            cfg = self.cfg.optim_wrapper
+            if self.execution.compiled:  # compile=...: the update compiled too
+                cfg = compiled_wrapper_cfg(cfg, graph_options(self.cfg))
+            self._optim_wrapper = build_optim_wrapper(self.unwrapped_model, cfg)
+            self._optim_wrapper.bind(self.execution, self.data_parallel)
             if "after_backward" in self.stage_index.methods:
                 self._optim_wrapper.register_after_backward(lambda: self.call_hook("after_backward"))
         return self._optim_wrapper
@@ -249,8 +255,8 @@ class Runner:
         log. The train loops hold it for the run, saving a call per iteration."""
         if self._train_step is None:
             self._train_step = build.build_train_step(
-                self.unwrapped_model, self.model, self.device, self.data_parallel,
-                self.parallel.tensor > 1, self.logger)
+                self.execution, self.device, self.data_parallel, self.parallel.tensor > 1,
+                self.logger)
         return self._train_step
 
     def run_eval_step(self, data: Any) -> Any:
@@ -304,12 +310,14 @@ class Runner:
     def _train(self) -> nn.Module:
         self.optim_wrapper  # noqa: B018 - first: a bad optimizer setting fails before the data loads
         loop = self.train_loop
-        self.checkpointer.track(loop=loop, optimizer=self.optim_wrapper,  # before resume loads them
+        self.checkpointer.track(**loop.checkpoint_parts(),  # before resume loads them
+                                optimizer=OptimizerState(self.optim_wrapper, self.unwrapped_model,
+                                                         self.execution.sharded),
                                 param_schedulers=StateList(self.param_schedulers))
         self.logger.info(env.derived_summary(loop, self.optim_wrapper, self.data_parallel))
-        describe = getattr(self.model, "describe_step", None)  # a pipeline: its microbatches
-        if describe is not None and getattr(loop.dataloader, "batch_size", None):
-            self.logger.info(describe(loop.dataloader.batch_size))
+        schedule = self.execution.schedule  # a pipeline: its microbatches
+        if schedule is not None and getattr(loop.dataloader, "batch_size", None):
+            self.logger.info(schedule.describe_step(loop.dataloader.batch_size))
         self.logger.info(f"Optimizer: {self.optim_wrapper!r}")
         self.call_hook("before_run")
         try:
@@ -320,8 +328,9 @@ class Runner:
             loop.run()
             self.checkpointer.wait()
         finally:
-            if isinstance(self.model, GraphModule) and self.model.train_calls:
-                self.logger.info(self.model.report(final=True))
+            graph = self.execution.graph
+            if graph is not None and graph.train_calls:
+                self.logger.info(graph.report(final=True))
             try:
                 self.call_hook("after_run")
             finally:

@@ -152,10 +152,8 @@ def get_local_rank() -> int:
 
 
 def is_sharded(module: torch.nn.Module) -> bool:
-    """True when ``module`` is a part of the model split over processes: some parameter is a
-    DTensor (FSDP2 or tensor parallel), or it holds the stages of one pipeline process."""
-    if getattr(module, "_libai_pipeline_stages", None):  # libai.parallel.pipeline.PIPELINE_ATTR
-        return True
+    """True when some parameter of ``module`` is a DTensor (FSDP2 or tensor parallel). A run
+    knows more: ``runner.execution.sharded`` counts a pipeline process's stages too."""
     if not dist.is_available():
         return False
     from torch.distributed.tensor import DTensor

@@ -1,11 +1,15 @@
-"""Did-you-mean suggestions for error messages."""
+"""Did-you-mean suggestions for error messages, and the one-line message for an unknown name
+(a config key, an option, a choice) built on them."""
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
+from typing import Any
 
-__all__ = ["closest", "did_you_mean"]
+from .errors import ConfigError
+
+__all__ = ["closest", "did_you_mean", "refuse_unknown", "unknown"]
 
 
 def closest(name: str, candidates: Iterable[str], n: int = 3, cutoff: float = 0.6) -> list[str]:
@@ -36,3 +40,32 @@ def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:
     if len(quoted) == 1:
         return f" Did you mean {quoted[0]}?"
     return f" Did you mean {', '.join(quoted[:-1])} or {quoted[-1]}?"
+
+
+def unknown(problem: str, name: Any, valid: Iterable[Any], listed: str = "Valid keys:") -> str:
+    """The one-line message for a name that is not among ``valid``: the problem, the closest
+    valid names, then all of them, e.g. ``"custom_imports has an unknown key 'import_'. Did you
+    mean 'imports'? Valid keys: imports, allow_failed_imports."``.
+
+    Args:
+        problem: What is wrong, without the final full stop.
+        name: The name given.
+        valid: The names accepted, in the order to list them.
+        listed: What introduces the list. Defaults to "Valid keys:".
+    """
+    names = [str(v) for v in valid]
+    return f"{problem}.{did_you_mean(str(name), names)} {listed} {', '.join(names)}."
+
+
+def refuse_unknown(
+    given: Iterable[Any],
+    valid: Collection[Any],
+    problem: Callable[[Any], str],
+    listed: str = "Valid keys:",
+    error: type[Exception] = ConfigError,
+) -> None:
+    """Raise ``error`` with :func:`unknown`'s message for the first of ``given`` (the keys of a
+    config dict, say) that is not in ``valid``; ``problem(key)`` says what is wrong with it."""
+    for key in given:
+        if key not in valid:
+            raise error(unknown(problem(key), key, valid, listed))

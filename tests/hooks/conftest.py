@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from libai.hooks.hook import Hook, get_priority
+from libai.model.execution import Execution
 from libai.utils.dist import DataParallel
 from libai.utils.message_hub import MessageHub
 
@@ -139,6 +140,7 @@ class FakeRunner:
         self.message_hub = MessageHub()
         self.unwrapped_model = model if model is not None else nn.Linear(2, 1)
         self.model = self.unwrapped_model
+        self.execution = Execution.eager(self.unwrapped_model)  # how it runs: as it is
         self.optim_wrapper = FakeOptimWrapper(self.unwrapped_model)
         self.param_schedulers: list = []
         self.sampler = FakeSampler()

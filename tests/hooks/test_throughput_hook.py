@@ -1,9 +1,9 @@
 """ThroughputHook: the FLOPs of the real first step, throughput in the log lines, math unchanged."""
 
+import dataclasses
 import json
 import os
 import re
-import types
 
 import pytest
 import torch
@@ -18,6 +18,7 @@ from libai.hooks.throughput_hook import (
     device_peak_tflops,
     peak_tflops_by_name,
 )
+from libai.model.execution import COMPILED_FLOPS
 from libai.runner import Runner
 from libai.testing import toy_config
 from libai.utils.errors import ConfigError
@@ -182,7 +183,9 @@ def test_graph_mode_says_flops_unknown(make_runner, run_iters):
     runner = make_runner(IterTimerHook(), hook,
                          LoggerHook(interval=2, backends=[], progress_bar=False, plot=False),
                          max_iters=3)
-    runner.model = types.SimpleNamespace(_orig_mod=runner.unwrapped_model)  # torch.compile's
+    # the record of a compiled run (libai.runner.distribute.prepare_model builds it)
+    runner.execution = dataclasses.replace(runner.execution, compiled=True,
+                                           flops_uncountable=COMPILED_FLOPS)
     run_iters(runner)
     assert hook.flops_per_step is None and hook._counter is None
     run_iters(runner)  # training starts again (a stop and a second train())

@@ -267,7 +267,7 @@ def test_pretraining_weights_into_a_classifier_need_strict_false(tmp_path, test_
 
 def test_heads_are_told_apart_without_architectures():
     """Folders without ``architectures``: the weights say which head (pooler or not, score)."""
-    from libai.model.zoo.hf_mapping import hf_to_libai
+    from libai.model.zoo.hf import hf_to_libai
 
     config = dict(model_type="bert", vocab_size=99, hidden_size=32, num_hidden_layers=2,
                   num_attention_heads=4, intermediate_size=37, id2label={"0": "a", "1": "b",

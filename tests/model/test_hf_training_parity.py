@@ -37,7 +37,7 @@ import torch
 
 from libai.hooks import Hook
 from libai.model import save_hf_pretrained
-from libai.model.zoo.hf_mapping import libai_to_hf
+from libai.model.zoo.hf import libai_to_hf
 from libai.runner import Runner
 
 transformers = pytest.importorskip("transformers")

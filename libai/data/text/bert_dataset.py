@@ -38,6 +38,7 @@ from libai.registry import DATASETS
 from libai.utils.errors import ConfigError, DataError
 from libai.utils.suggest import did_you_mean
 
+from .bert_chunks import choose_groups, chunk_documents, trim_counts
 from .corpus import TextCorpus
 from .gpt_dataset import check_int, key_parts, resolve_corpus
 
@@ -45,80 +46,6 @@ __all__ = ["BertPretrainingDataset", "NEXT_SENTENCE_TASKS"]
 
 NEXT_SENTENCE_TASKS = ("nsp", "sop", None)
 _IGNORE = -100  # label value cross_entropy skips (its default ignore_index)
-
-
-def _chunk_documents(
-    cum: np.ndarray,
-    first: np.ndarray,
-    end: np.ndarray,
-    budget: int,
-    short_prob: float,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """Group each document's sentences greedily into chunks that reach a target length.
-
-    A chunk takes sentences until it holds at least its target number of tokens (``budget``,
-    or with probability ``short_prob`` a random length in [2, budget]) or the document ends.
-    All documents advance together, one chunk per round, so the loop runs as many times as the
-    longest document has chunks, not once per sentence.
-
-    Args:
-        cum: (num_sentences + 1,) token offset of each sentence.
-        first, end: (n,) first and end (exclusive) sentence of each document.
-        budget: The full target length.
-        short_prob: Probability of a shorter target.
-        rng: The generator.
-
-    Returns:
-        (num_chunks, 4) int64 rows ``(document, first sentence, end sentence, target)`` in
-        corpus order.
-    """
-    ptr = np.array(first, dtype=np.int64)
-    end = np.asarray(end, dtype=np.int64)
-    live = np.flatnonzero(ptr < end)
-    rounds = []
-    while len(live):
-        target = np.full(len(live), budget, dtype=np.int64)
-        short = rng.random(len(live)) < short_prob
-        target[short] = rng.integers(2, budget + 1, size=int(short.sum()))
-        start = ptr[live]
-        stop = np.searchsorted(cum, cum[start] + target, side="left")
-        stop = np.minimum(np.maximum(stop, start + 1), end[live])
-        rounds.append(np.stack([live, start, stop, target], axis=1))
-        ptr[live] = stop
-        live = live[stop < end[live]]
-    chunks = np.concatenate(rounds) if rounds else np.empty((0, 4), dtype=np.int64)
-    return chunks[np.argsort(chunks[:, 1], kind="stable")]
-
-
-def _trim_counts(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
-    """Tokens to remove from A and B so that ``len_a + len_b <= budget``.
-
-    The closed form of Google's loop, which removes one token at a time from the longer side
-    (from B on a tie): first the longer side shrinks to the other's length, then they alternate.
-    """
-    excess = len_a + len_b - budget
-    if excess <= 0:
-        return 0, 0
-    cut_a = min(excess, max(len_a - len_b, 0))
-    cut_b = min(excess - cut_a, max(len_b - len_a, 0))
-    rest = excess - cut_a - cut_b
-    return cut_a + rest // 2, cut_b + (rest + 1) // 2
-
-
-def _choose_groups(sizes: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """Groups (words) to mask, in random order, skipping any that would exceed ``k`` tokens."""
-    order = rng.permutation(len(sizes))
-    if (sizes == 1).all():
-        return order[:k]
-    chosen, total = [], 0
-    for g, size in zip(order.tolist(), sizes[order].tolist()):
-        if total >= k:
-            break
-        if total + size <= k:  # as Google: a word too long for the rest is skipped, not cut
-            chosen.append(g)
-            total += size
-    return np.asarray(chosen, dtype=np.int64)
 
 
 @DATASETS.register_module()
@@ -227,7 +154,7 @@ class BertPretrainingDataset(Dataset):
         self.doc_sentences = np.stack([doc_offsets[self.docs], doc_offsets[self.docs + 1]], 1)
         rng = np.random.default_rng([self.seed, 0x5EB])  # the mapping's own stream
         first, end = self.doc_sentences[:, 0], self.doc_sentences[:, 1]
-        chunks = _chunk_documents(self.cum, first, end, self.budget, short_seq_prob, rng)
+        chunks = chunk_documents(self.cum, first, end, self.budget, short_seq_prob, rng)
         if self.next_sentence is not None:  # a pair needs a token for A and one for B
             chunks = chunks[self.cum[chunks[:, 2]] - self.cum[chunks[:, 1]] >= 2]
         if not len(chunks):
@@ -328,7 +255,7 @@ class BertPretrainingDataset(Dataset):
         if len(segments) == 1:
             cuts = [max(len(segments[0]) - self.budget, 0)]
         else:
-            cuts = list(_trim_counts(len(segments[0]), len(segments[1]), self.budget))
+            cuts = list(trim_counts(len(segments[0]), len(segments[1]), self.budget))
         out = []
         for seg, cut in zip(segments, cuts):
             front = int(rng.binomial(cut, 0.5)) if cut else 0  # a coin per token, as Google
@@ -351,7 +278,7 @@ class BertPretrainingDataset(Dataset):
             starts = self.word_starts[ids[cand]] | sentence_starts[cand]
             starts |= np.r_[True, np.diff(cand) != 1]
             group = np.cumsum(starts) - 1  # (C,) word of each candidate
-            chosen = _choose_groups(np.bincount(group), num, rng)
+            chosen = choose_groups(np.bincount(group), num, rng)
             positions = cand[np.isin(group, chosen)]
         else:
             positions = np.sort(rng.choice(cand, num, replace=False))

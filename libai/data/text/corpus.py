@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from libai.utils.errors import DataError
-from libai.utils.suggest import did_you_mean
+from libai.utils.suggest import unknown
 
 from .indexed import IndexedTokenDataset
 from .tokenizer import TextTokenizer
@@ -62,10 +62,7 @@ class TextCorpus:
             DataError: an unknown split, bad ratios, or a split that gets no document.
         """
         if split not in SPLITS:
-            raise DataError(
-                f"Unknown split '{split}'.{did_you_mean(str(split), SPLITS)} Choose from "
-                f"{', '.join(SPLITS)}."
-            )
+            raise DataError(unknown(f"Unknown split '{split}'", split, SPLITS, "Choose from"))
         n = self.tokens.num_docs
         if split == "all":
             return np.arange(n)

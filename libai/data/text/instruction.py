@@ -43,7 +43,7 @@ from torch.utils.data import Dataset
 from libai.registry import COLLATE_FUNCTIONS, DATASETS
 from libai.utils.errors import ConfigError, DataError
 from libai.utils.logging import print_log
-from libai.utils.suggest import did_you_mean
+from libai.utils.suggest import did_you_mean, unknown
 
 from .instruction_sets import BUILTIN_INSTRUCTION_SETS, shakespeare_instructions
 from .records import read_records, split_file
@@ -87,8 +87,8 @@ def resolve_template(template: str | Mapping[str, str]) -> dict[str, str]:
     out = {str(k): v for k, v in template.items()}
     extra = [k for k in out if k not in ROLES]
     if extra:
-        raise ConfigError(f"template={template!r}: unknown role {extra[0]!r}."
-                          f"{did_you_mean(extra[0], ROLES)} Its keys are {', '.join(ROLES)}.")
+        raise ConfigError(unknown(f"template={template!r}: unknown role {extra[0]!r}", extra[0],
+                                  ROLES, "Its keys are"))
     out.setdefault("system", out.get("user"))
     for role in ROLES:
         text = out.get(role)
@@ -341,8 +341,8 @@ def _tokenizer(spec: Any, name: str) -> TextTokenizer:
 def _load(data_files: Any, split: str) -> list[dict[str, Any]]:
     if isinstance(data_files, str) and data_files in BUILTIN_INSTRUCTION_SETS:
         if split not in _SPLITS:
-            raise ConfigError(f"InstructionDataset: split={split!r} of {data_files} is unknown."
-                              f"{did_you_mean(split, _SPLITS)} Choose {', '.join(_SPLITS)}.")
+            raise ConfigError(unknown(f"InstructionDataset: split={split!r} of {data_files} is "
+                                      f"unknown", split, _SPLITS, "Choose"))
         return shakespeare_instructions(split)
     path = split_file("InstructionDataset", data_files, split, BUILTIN_INSTRUCTION_SETS)
     return read_records(path, "jsonl")

@@ -19,10 +19,11 @@ every label is an integer, else as text; ``"O"`` first for token tags. The runne
 classes in every checkpoint (``meta["dataset_meta"]``) and ``libai convert libai2hf`` writes them
 as ``id2label``.
 
-An item is ``{"input_ids", "token_type_ids", "labels"}`` (numpy, unpadded);
-:func:`pad_collate` pads a batch to its longest item and adds ``attention_mask``. Encoding as BERT
-does: ``[CLS] text [SEP] (text_pair [SEP])``, the pair's segment 1, truncated longest-first to
-``max_seq_length``. A byte-level BPE tokenizer (GPT-2) gives ``text <eot> (text_pair <eot>)``.
+An item is ``{"input_ids", "token_type_ids", "labels"}`` (numpy, unpadded); ``pad_collate``
+(libai.data.text.framing) pads a batch to its longest item and adds ``attention_mask``. Encoding
+as BERT does: ``[CLS] text [SEP] (text_pair [SEP])``, the pair's segment 1, truncated
+longest-first to ``max_seq_length``. A byte-level BPE tokenizer (GPT-2) gives
+``text <eot> (text_pair <eot>)``.
 Token classification takes words and one tag per word (a JSON list, or space-separated text in a
 CSV); the first piece of each word gets its tag, the other pieces and the specials -100.
 """
@@ -35,14 +36,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import Dataset
 
-from libai.registry import COLLATE_FUNCTIONS, DATASETS
+from libai.registry import DATASETS
 from libai.utils.errors import ConfigError, DataError
 from libai.utils.logging import print_log
-from libai.utils.suggest import did_you_mean
+from libai.utils.suggest import did_you_mean, unknown
 
+from .framing import IGNORE_INDEX as _IGNORE
+from .framing import frame_ids, pad_collate  # re-exported: the collator of these items
 from .records import BUILTIN_LABELED, genre_records, read_records, split_file
 from .tokenizer import TextTokenizer
 from .tokenizer_spec import resolve_tokenizer
@@ -50,7 +52,6 @@ from .tokenizer_spec import resolve_tokenizer
 __all__ = ["TASKS", "LabeledTextDataset", "frame_ids", "label_map", "pad_collate"]
 
 TASKS = ("classification", "regression", "multi_label", "token_classification")
-_IGNORE = -100
 
 
 @DATASETS.register_module()
@@ -108,8 +109,8 @@ class LabeledTextDataset(Dataset):
               fmt: str, label_sep: str) -> list[dict[str, Any]]:
         """The records of ``split``, their columns checked; sets the keys and the label map."""
         if task not in TASKS:
-            raise ConfigError(f"LabeledTextDataset: task={task!r} is unknown."
-                              f"{did_you_mean(str(task), TASKS)} Choose from {', '.join(TASKS)}.")
+            raise ConfigError(unknown(f"LabeledTextDataset: task={task!r} is unknown", task,
+                                      TASKS, "Choose from"))
         self.task, self.split = task, split
         self.text_key, self.label_key, self.label_sep = text_key, label_key, label_sep
         records = _load(data_files, split, fmt)
@@ -274,41 +275,10 @@ class LabeledTextDataset(Dataset):
 
 
 # -------------------------------------------------------------------------------- helpers
-def frame_ids(tokenizer: TextTokenizer, a: list[int], b: list[int] | None,
-              max_seq_length: int) -> dict[str, np.ndarray]:
-    """``input_ids`` and ``token_type_ids`` of a text (and a pair) as the model reads them:
-    ``[CLS] a [SEP] (b [SEP])`` for WordPiece, ``a <eot> (b <eot>)`` for BPE, truncated
-    longest-first to ``max_seq_length``."""
-    wordpiece = tokenizer.kind == "wordpiece"
-    specials = (2 if wordpiece else 1) + (b is not None)
-    a, b = _truncate(list(a), None if b is None else list(b), max_seq_length - specials)
-    if wordpiece:
-        ids = [tokenizer.cls_id, *a, tokenizer.sep_id] + ([*b, tokenizer.sep_id] if b is not None else [])
-        types = [0] * (len(a) + 2) + [1] * ((len(b) + 1) if b is not None else 0)
-    else:
-        ids = [*a, tokenizer.eod_id] + ([*b, tokenizer.eod_id] if b is not None else [])
-        types = [0] * len(ids)
-    return {"input_ids": np.array(ids, dtype=np.int64),
-            "token_type_ids": np.array(types, dtype=np.int8)}
-
-
 def _load(data_files: Any, split: str, fmt: str) -> list[dict[str, Any]]:
     if isinstance(data_files, str) and data_files in BUILTIN_LABELED:
         return genre_records(split)
     return read_records(split_file("LabeledTextDataset", data_files, split, BUILTIN_LABELED), fmt)
-
-
-def _truncate(a: list[int], b: list[int] | None, budget: int) -> tuple[list[int], list[int] | None]:
-    """Cut the longer of the two until both fit ``budget`` tokens (Hugging Face's
-    "longest_first")."""
-    if b is None:
-        return a[:budget], None
-    while len(a) + len(b) > budget:
-        if len(a) >= len(b):
-            a.pop()
-        else:
-            b.pop()
-    return a, b
 
 
 def _check_columns(records: list[dict[str, Any]], keys: list[str]) -> None:
@@ -370,45 +340,3 @@ def _kind(value: Any) -> str:
     if isinstance(value, float):
         return "float"
     return "text" if isinstance(value, str) else type(value).__name__
-
-
-@COLLATE_FUNCTIONS.register_module()
-def pad_collate(batch: Sequence[Mapping[str, Any]], pad_id: int = 0,
-                pad_to_multiple_of: int | None = None) -> dict[str, torch.Tensor]:
-    """Pad a batch of :class:`LabeledTextDataset` items to its longest one (right padding).
-
-    ``input_ids`` pad with ``pad_id``, ``token_type_ids`` with 0, per-token ``labels`` with
-    -100; ``attention_mask`` is 1 on tokens, 0 on padding. Whole-sequence labels are stacked.
-
-    Args:
-        batch: The items.
-        pad_id: The padding token id (BERT's ``[PAD]`` is 0). Defaults to 0.
-        pad_to_multiple_of: Round the padded length up to a multiple of it (tensor cores like
-            multiples of 8). Defaults to None.
-    """
-    length = max(len(item["input_ids"]) for item in batch)
-    if pad_to_multiple_of:
-        length = -(-length // pad_to_multiple_of) * pad_to_multiple_of
-    n = len(batch)
-    ids = torch.full((n, length), pad_id, dtype=torch.long)
-    types = torch.zeros((n, length), dtype=torch.long)
-    mask = torch.zeros((n, length), dtype=torch.long)
-    for i, item in enumerate(batch):
-        k = len(item["input_ids"])
-        ids[i, :k] = torch.from_numpy(np.asarray(item["input_ids"], dtype=np.int64))
-        types[i, :k] = torch.from_numpy(np.asarray(item["token_type_ids"], dtype=np.int64))
-        mask[i, :k] = 1
-    out = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-    if "labels" in batch[0]:
-        out["labels"] = _stack_labels([item["labels"] for item in batch], length)
-    return out
-
-
-def _stack_labels(labels: list[Any], length: int) -> torch.Tensor:
-    first = np.asarray(labels[0])
-    if first.ndim == 1 and np.issubdtype(first.dtype, np.integer):  # per token: pad with -100
-        out = torch.full((len(labels), length), _IGNORE, dtype=torch.long)
-        for i, row in enumerate(labels):
-            out[i, : len(row)] = torch.from_numpy(np.asarray(row, dtype=np.int64))
-        return out
-    return torch.from_numpy(np.stack([np.asarray(v) for v in labels]))

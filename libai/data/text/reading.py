@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from libai.utils.errors import ConfigError, DataError
-from libai.utils.suggest import did_you_mean
+from libai.utils.suggest import did_you_mean, unknown
 
-__all__ = ["INPUT_FORMATS", "Item", "check_inputs", "read_documents", "read_items"]
+__all__ = [
+    "INPUT_FORMATS", "Item", "check_inputs", "file_format", "read_documents", "read_items",
+]
 
 INPUT_FORMATS = ("auto", "text", "jsonl")
-_JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+_JSONL_SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
 
 # A document as the readers yield it: (sentences, progress units, here bytes). Sentences of None
 # is progress only (blank lines at the end of a file); [] is a document without text.
@@ -70,14 +72,40 @@ def check_inputs(paths: str | os.PathLike | Sequence[str | os.PathLike], fmt: st
 
 
 def _file_format(path: Path, fmt: str) -> str:
-    if fmt not in INPUT_FORMATS:
-        raise ConfigError(
-            f"Unknown input format {fmt!r}.{did_you_mean(str(fmt), INPUT_FORMATS)} Choose from "
-            f"{', '.join(INPUT_FORMATS)}."
-        )
+    return file_format(path, fmt, INPUT_FORMATS, _JSONL_SUFFIXES, default="text", what="input format")
+
+
+def file_format(path: Path, fmt: str, formats: Sequence[str], suffixes: Mapping[str, str],
+                default: str | None = None, what: str = "format") -> str:
+    """The format to read ``path`` in: ``fmt``, or for ``fmt="auto"`` the one its suffix names.
+
+    Args:
+        path: The file.
+        fmt: "auto" or one of ``formats``.
+        formats: The formats the reader knows, "auto" first.
+        suffixes: ``{suffix: format}`` for "auto" (lower-case suffixes with the dot).
+        default: The format of a file whose suffix is not in ``suffixes``. Defaults to None:
+            such a file is an error.
+        what: What ``fmt`` is, for the message. Defaults to "format".
+
+    Raises:
+        ConfigError: ``fmt`` is not one of ``formats``.
+        DataError: ``fmt`` is "auto", the suffix is unknown and there is no ``default``.
+    """
+    if fmt not in formats:
+        raise ConfigError(unknown(f"Unknown {what} {fmt!r}", fmt, formats, "Choose from"))
     if fmt != "auto":
         return fmt
-    return "jsonl" if path.suffix.lower() in _JSONL_SUFFIXES else "text"
+    kind = suffixes.get(path.suffix.lower(), default)
+    if kind is None:
+        first: dict[str, str] = {}
+        for suffix, known in suffixes.items():
+            first.setdefault(known, suffix)
+        named = [first[f] for f in formats if f in first]  # one suffix a format
+        raise DataError(f"Cannot tell the format of {path} from its suffix: name it "
+                        f"{', '.join(named[:-1])} or {named[-1]}, or set fmt="
+                        f"{' | '.join(repr(f) for f in formats if f != 'auto')}.")
+    return kind
 
 
 def read_items(paths: list[Path], fmt: str, json_key: str) -> Iterator[Item]:

@@ -26,6 +26,7 @@ from typing import Any
 from libai.utils.errors import ConfigError, DataError
 from libai.utils.suggest import did_you_mean
 
+from .reading import file_format
 from .shakespeare import shakespeare_documents, shakespeare_files
 
 __all__ = ["BUILTIN_LABELED", "GENRE_SPLITS", "genre_records", "read_records", "split_file"]
@@ -82,7 +83,7 @@ def read_records(path: str | os.PathLike, fmt: str = "auto") -> list[dict[str, A
             or with a short row, a line that is not a JSON object; naming the file and line.
     """
     name = os.fspath(path)  # every error names the file as the config or the command gave it
-    kind = _format_of(Path(name), fmt)
+    kind = file_format(Path(name), fmt, RECORD_FORMATS, _SUFFIX_FORMATS)
     if not os.path.isfile(name):
         raise DataError(f"Labeled data file {name} not found.")
     # newline="": line breaks reach the parsers as written, so a quoted CSV field keeps its
@@ -97,19 +98,6 @@ def read_records(path: str | os.PathLike, fmt: str = "auto") -> list[dict[str, A
         raise DataError(f"{name} holds no records: it is empty" + ("" if kind == "jsonl" else
                         " or has only its header row") + ".")
     return records
-
-
-def _format_of(path: Path, fmt: str) -> str:
-    if fmt not in RECORD_FORMATS:
-        raise ConfigError(f"Unknown format {fmt!r}.{did_you_mean(str(fmt), RECORD_FORMATS)} "
-                          f"Choose from {', '.join(RECORD_FORMATS)}.")
-    if fmt != "auto":
-        return fmt
-    kind = _SUFFIX_FORMATS.get(path.suffix.lower())
-    if kind is None:
-        raise DataError(f"Cannot tell the format of {path} from its suffix: name it .csv, .tsv "
-                        f"or .jsonl, or set fmt='csv' | 'tsv' | 'jsonl'.")
-    return kind
 
 
 def _read_table(name: str, text: str, kind: str) -> list[dict[str, Any]]:

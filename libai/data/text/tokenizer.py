@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from libai.utils.errors import ConfigError, DataError
-from libai.utils.suggest import did_you_mean
+from libai.utils.suggest import did_you_mean, refuse_unknown
 
 from .special_tokens import (
     HF_KEYS,
@@ -344,12 +344,7 @@ def build_tokenizer(spec: Any, texts: Any = None) -> TextTokenizer:
         opts = dict(spec)
         kind = _check_kind(opts.pop("type", None))
         allowed = ("vocab_size", "lowercase", "min_frequency", "special_tokens")
-        for key in opts:
-            if key not in allowed:
-                raise ConfigError(
-                    f"Unknown tokenizer key '{key}'.{did_you_mean(str(key), allowed)} Keys: type, "
-                    f"{', '.join(allowed)}."
-                )
+        refuse_unknown(opts, allowed, lambda key: f"Unknown tokenizer key '{key}'", "Keys: type,")
         if "vocab_size" not in opts:
             raise ConfigError("tokenizer=dict(type=...) needs vocab_size=... to train one.")
         if texts is None:

@@ -1,4 +1,5 @@
-"""What the metrics that name classes share: where the names come from, and zero_division."""
+"""What the metrics that name classes share: where the names come from, zero_division, and
+the check of a choice of one or more named values (averages, items, methods)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from libai.utils.errors import ConfigError
+from libai.utils.suggest import did_you_mean
 
-__all__ = ["check_zero_division", "resolve_classes"]
+__all__ = ["check_choices", "check_zero_division", "resolve_classes"]
 
 
 def resolve_classes(
@@ -54,3 +56,18 @@ def check_zero_division(owner: str, value: Any) -> float:
         if value in (0, 1) or math.isnan(value):
             return float(value)
     raise ConfigError(f"{owner}: zero_division must be 0.0, 1.0 or 'nan', got {value!r}.")
+
+
+def check_choices(value: str | Sequence[str], allowed: Sequence[str], rule: str) -> tuple[str, ...]:
+    """``value`` (one name, or a list of distinct ones among ``allowed``) as a tuple.
+
+    Raises:
+        ConfigError: ``rule`` (what ``value`` must be, e.g. "F1Score: average must be one of
+            ..."), what was given, and the allowed name closest to the first unknown one.
+    """
+    chosen = (value,) if isinstance(value, str) else tuple(value)
+    bad = [c for c in chosen if c not in allowed]
+    if bad or not chosen or len(set(chosen)) != len(chosen):
+        hint = did_you_mean(str(bad[0]), allowed) if bad else ""
+        raise ConfigError(f"{rule}, got {value!r}.{hint}")
+    return chosen

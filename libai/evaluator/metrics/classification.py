@@ -21,10 +21,9 @@ import torch
 
 from libai.registry import METRICS
 from libai.utils.errors import ConfigError, DataError
-from libai.utils.suggest import did_you_mean
 
 from ..base_metric import BaseMetric, nan_with_warning, to_numpy
-from ._names import check_zero_division, resolve_classes
+from ._names import check_choices, check_zero_division, resolve_classes
 
 __all__ = [
     "ClassificationReport",
@@ -64,15 +63,10 @@ class _ClassificationMetric(BaseMetric):
     ) -> None:
         super().__init__(prefix=prefix)
         _sklearn_available(self.name)
-        averages = (average,) if isinstance(average, str) else tuple(average)
-        bad = [a for a in averages if a not in AVERAGES]
-        if bad or not averages or len(set(averages)) != len(averages):
-            hint = did_you_mean(str(bad[0]), AVERAGES) if bad else ""
-            raise ConfigError(
-                f"{self.name}: average must be one of {AVERAGES} or a list of distinct ones, "
-                f"got {average!r}.{hint}"
-            )
-        self.averages = averages
+        self.averages = check_choices(
+            average, AVERAGES, f"{self.name}: average must be one of {AVERAGES} or a list of "
+            f"distinct ones"
+        )
         self.per_class = bool(per_class)
         self.classes = None if classes is None else resolve_classes(self.name, classes, None, True)
         self.threshold = float(threshold)
@@ -315,11 +309,7 @@ class ClassificationReport(_ClassificationMetric):
                     "\"recall\", \"f1\", \"mcc\". Defaults to all four.\n", 1)
 
     def __init__(self, items: Sequence[str] = ITEMS, **kwargs: Any) -> None:
-        chosen = (items,) if isinstance(items, str) else tuple(items)
-        bad = [i for i in chosen if i not in ITEMS]
-        if bad or not chosen or len(set(chosen)) != len(chosen):
-            hint = did_you_mean(str(bad[0]), ITEMS) if bad else ""
-            raise ConfigError(f"ClassificationReport: items must be distinct names among "
-                              f"{ITEMS}, got {items!r}.{hint}")
-        self.items = chosen
+        self.items = check_choices(
+            items, ITEMS, f"ClassificationReport: items must be distinct names among {ITEMS}"
+        )
         super().__init__(**kwargs)

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from libai.registry import METRICS
-from libai.utils.errors import ConfigError, DataError
-from libai.utils.suggest import did_you_mean
+from libai.utils.errors import DataError
 
 from ..base_metric import BaseMetric, nan_with_warning, to_numpy
+from ._names import check_choices
 
 __all__ = ["Correlation"]
 
@@ -63,15 +63,9 @@ class Correlation(BaseMetric):
         prefix: str | None = None,
     ) -> None:
         super().__init__(prefix=prefix)
-        chosen = (methods,) if isinstance(methods, str) else tuple(methods)
-        bad = [m for m in chosen if m not in METHODS]
-        if bad or not chosen or len(set(chosen)) != len(chosen):
-            hint = did_you_mean(str(bad[0]), METHODS) if bad else ""
-            raise ConfigError(
-                f"Correlation: methods must be 'pearson', 'spearman' or both, got "
-                f"{methods!r}.{hint}"
-            )
-        self.methods = chosen
+        self.methods = check_choices(
+            methods, METHODS, "Correlation: methods must be 'pearson', 'spearman' or both"
+        )
         self.pred_key = pred_key
         self.label_key = label_key
 

@@ -1,8 +1,10 @@
 """Graph mode, in one place: :class:`GraphMode` compiles, checks, falls back and reports.
 
-Graph mode is switched on in the config (``optim_wrapper=dict(type="GraphOptimWrapper", ...)``
-or ``tools/train.py --graph``); :func:`graph_options` reads that switch for the runner. One
-:class:`GraphMode` object then owns everything graph mode does and knows:
+Graph mode is switched on in the config by one key, ``compile=True`` or ``compile=dict(...)``
+(``tools/train.py --graph`` sets it; ``optim_wrapper=dict(type="GraphOptimWrapper", ...)`` is
+the older spelling of the same switch); :func:`graph_options` reads it once, where the runner
+prepares the model (``libai.runner.distribute``). One :class:`GraphMode` object then owns
+everything graph mode does and knows:
 
 - **Compiling.** The model's forward with its loss (``torch.compile(model)``, or its blocks one by
   one for a sharded model); AOTAutograd generates and compiles the backward at its first call;
@@ -25,7 +27,8 @@ The two objects a run holds only ask it: :class:`GraphModule` (the model the run
 evaluates, whose forward calls :meth:`GraphMode.forward`) and
 :class:`libai.optim.GraphOptimWrapper` (whose backward and update go through
 :meth:`GraphMode.backward` and :meth:`GraphMode.run_update`; its mixed precision is a
-:class:`libai.optim.Precision` policy). ``bind_model`` hands the wrapper the model's GraphMode.
+:class:`libai.optim.Precision` policy). The run's execution record (:class:`libai.model.execution.Execution`, ``graph``) hands the
+wrapper the model's GraphMode (``optim_wrapper.bind``).
 
 A GraphModule's state dict is the model's with an ``_orig_mod.`` prefix, as ``torch.compile``'s
 own wrapper: libai's checkpoints strip it, so eager and graph runs save the same keys.
@@ -37,7 +40,14 @@ Files: ``mode.py`` (:class:`GraphMode`, the owner), ``module.py`` (:class:`Graph
 
 from .mode import GraphMode
 from .module import GraphModule
-from .options import COMPILE_KEYS, GraphModeError, compile_options, graph_options
+from .options import (
+    COMPILE_KEYS,
+    GRAPH_KEYS,
+    GraphModeError,
+    compile_options,
+    graph_options,
+    wrapper_switch,
+)
 
-__all__ = ["COMPILE_KEYS", "GraphMode", "GraphModule", "GraphModeError", "compile_options",
-           "graph_options"]
+__all__ = ["COMPILE_KEYS", "GRAPH_KEYS", "GraphMode", "GraphModule", "GraphModeError", "compile_options",
+           "graph_options", "wrapper_switch"]

@@ -72,6 +72,7 @@ class GraphMode:
         self.data_parallel: Any = None
         # the model, set by compile_model
         self.module: nn.Module | None = None
+        self._unwrapped: nn.Module | None = None
         self._compiled: Any = None
         self._eager_forwards: list[tuple[nn.Module, Any]] = []
         self.train_calls = 0
@@ -87,10 +88,12 @@ class GraphMode:
         self.update_seconds = 0.0
 
     # ------------------------------------------------------------------------- compiling
-    def compile_model(self, module: nn.Module, blocks: list[nn.Module] | None = None) -> None:
-        """Compile ``module`` (the model or its DDP wrapper), or only the forwards of ``blocks``
-        (a sharded model: its hooks then run eager between the compiled blocks)."""
-        self.module = module
+    def compile_model(self, module: nn.Module, blocks: list[nn.Module] | None = None,
+                      unwrapped: nn.Module | None = None) -> None:
+        """Compile ``module`` (the model or its DDP wrapper, whose model is ``unwrapped``:
+        defaults to ``module``), or only the forwards of ``blocks`` (a sharded model: its hooks
+        then run eager between the compiled blocks)."""
+        self.module, self._unwrapped = module, unwrapped if unwrapped is not None else module
         # each block's own forward attribute (activation checkpointing sets one), put back by
         # a fallback to eager
         self._eager_forwards = [(block, block.__dict__.get("forward")) for block in blocks or ()]
@@ -106,9 +109,8 @@ class GraphMode:
 
     @property
     def unwrapped(self) -> nn.Module | None:
-        """The model, without DDP."""
-        module = self.module
-        return module.module if isinstance(module, nn.parallel.DistributedDataParallel) else module
+        """The model, without DDP (as :meth:`compile_model` was told)."""
+        return self._unwrapped
 
     def forward(self, training: bool, args: tuple, kwargs: dict) -> Any:
         """Call the compiled model (eager after a fallback). ``training``: a call with grad in
@@ -175,7 +177,7 @@ class GraphMode:
         if self.on_failure == "raise":
             raise GraphModeError(
                 f"Graph mode: torch.compile failed on {where}{of}: {cause}. Set "
-                f"optim_wrapper.on_failure='eager' to train eager instead, or run without graph "
+                f"compile.on_failure='eager' to train eager instead, or run without graph "
                 f"mode.") from error
         self.eager = True
         self._uncompile_blocks()
@@ -183,7 +185,7 @@ class GraphMode:
         self._reference = self._replay = None
         _logger.warning(
             f"Graph mode: torch.compile failed on {where}{of} ({cause}); training continues in "
-            f"eager mode. Set optim_wrapper.on_failure='raise' to stop instead.")
+            f"eager mode. Set compile.on_failure='raise' to stop instead.")
 
     def _uncompile_blocks(self) -> None:
         for block, forward in self._eager_forwards:
@@ -301,8 +303,8 @@ class GraphMode:
             raise GraphModeError(
                 f"{text}: differ by more than rtol={rtol:g}. The compiled model does not compute "
                 f"what the eager one does: check it in eager mode, or set "
-                f"optim_wrapper.on_mismatch='eager' to continue eager, or a larger "
-                f"optim_wrapper.verify_rtol if the difference is expected.")
+                f"compile.on_mismatch='eager' to continue eager, or a larger "
+                f"compile.verify_rtol if the difference is expected.")
         for p, q in zip(model.parameters(), reference.parameters()):
             p.grad = None if q.grad is None else q.grad
         self.eager = True
@@ -318,7 +320,7 @@ class GraphMode:
                 f"Graph mode: the training graph was recompiled {self.training_recompiles} times "
                 f"after the first step (last reason: {COMPILE_LOG.recompiles[-1]}). Input shapes "
                 f"change between batches: pad them to a fixed length, set "
-                f"optim_wrapper.compile=dict(dynamic=True), or bucket the lengths.")
+                f"compile=dict(dynamic=True), or bucket the lengths.")
 
     def graph_breaks(self) -> list[str]:
         return COMPILE_LOG.graph_breaks[self._breaks_at_start:]

@@ -24,15 +24,17 @@ class GraphModule(nn.Module):
             whole model: the way of a sharded model (FSDP2, tensor parallel), whose hooks
             (all-gathers, reshards) then run eager between the compiled blocks. Blocks of one
             class share one compiled graph. The state dict keys do not change. Defaults to None.
+        unwrapped: The model inside ``module``'s DDP wrapper (what the parity check copies and
+            the messages name). Defaults to None: ``module`` itself.
     """
 
     def __init__(self, module: nn.Module, compile: dict | None = None, on_failure: str = "eager",
-                 blocks: list[nn.Module] | None = None) -> None:
+                 blocks: list[nn.Module] | None = None, unwrapped: nn.Module | None = None) -> None:
         super().__init__()
         graph_mode = GraphMode(compile, on_failure)
         self._orig_mod = module
         self.graph_mode = graph_mode
-        graph_mode.compile_model(module, blocks)
+        graph_mode.compile_model(module, blocks, unwrapped)
 
     def __getattr__(self, name: str) -> Any:
         try:

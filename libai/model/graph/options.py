@@ -12,9 +12,13 @@ import torch
 from libai.utils.errors import ConfigError, LibaiError
 from libai.utils.suggest import did_you_mean
 
-__all__ = ["COMPILE_KEYS", "GraphModeError", "compile_options", "graph_options"]
+__all__ = ["COMPILE_KEYS", "GRAPH_KEYS", "GraphModeError", "compile_options", "graph_options",
+           "wrapper_switch"]
 
 COMPILE_KEYS = tuple(p for p in inspect.signature(torch.compile).parameters if p != "model")
+# what graph mode adds to torch.compile's arguments (GraphOptimWrapper's arguments of the same
+# names say what each does)
+GRAPH_KEYS = ("on_failure", "verify_steps", "verify_rtol", "on_mismatch", "exact_random")
 _POLICIES = ("eager", "raise")
 
 
@@ -23,36 +27,68 @@ class GraphModeError(LibaiError):
 
 
 def graph_options(cfg: Any) -> dict | None:
-    """The :class:`GraphModule` arguments when ``cfg.optim_wrapper`` asks for graph mode (a
-    GraphOptimWrapper, as a dict or built), else None: how the runner decides to wrap the model.
+    """The compile switch: the :class:`GraphModule` and parity-check arguments when the config
+    asks for graph mode, else None. Preparing the model (``libai.runner.distribute``) reads it
+    once; nothing else decides whether a run is compiled.
 
-    Read from the config, not from a built wrapper: ``tools/test.py`` never builds the optimizer
-    but evaluates compiled all the same.
+    Two spellings ask for it, and mean the same: ``compile=True`` or ``compile=dict(...)``
+    (``torch.compile`` arguments plus the graph-mode keys of :data:`GRAPH_KEYS`;
+    ``tools/train.py --graph`` sets ``compile=True``), and ``optim_wrapper.type=
+    'GraphOptimWrapper'``, whose ``compile``, ``on_failure``, ``verify_steps``... become those
+    of ``compile=...``. Read from the config, not from a built wrapper: ``tools/test.py`` never
+    builds the optimizer but evaluates compiled all the same.
+
+    Returns:
+        ``dict(compile=<torch.compile kwargs>, on_failure=..., exact_random=...)`` with the
+        parity-check keys given (``verify_steps``, ``verify_rtol``, ``on_mismatch``), or None.
 
     Raises:
-        ConfigError: graph mode and the top-level ``compile`` both asked for.
+        ConfigError: both spellings at once, or an unknown option.
     """
+    wrapper = cfg.get("optim_wrapper")
+    switch, path = wrapper_switch(wrapper), "optim_wrapper"
+    if switch is not None and cfg.get("compile"):
+        raise ConfigError(
+            "compile=... and optim_wrapper.type='GraphOptimWrapper' both ask for graph mode: "
+            "remove compile and give its options as optim_wrapper.compile.")
+    if switch is None:
+        value = cfg.get("compile")
+        if not value:
+            return None
+        if not isinstance(value, Mapping) and value is not True:
+            raise ConfigError(f"compile={value!r}: expected True, False or a dict of "
+                              f"torch.compile arguments such as dict(mode='max-autotune').")
+        options = {} if value is True else dict(value)
+        switch = {k: options.pop(k) for k in GRAPH_KEYS if k in options}
+        switch["compile"], path = options, "compile"
+    exact = switch.pop("exact_random", True)
+    out = dict(compile=compile_options(switch.pop("compile", None), exact, path),
+               on_failure=check_policy("on_failure", switch.get("on_failure", "eager")),
+               exact_random=exact)
+    out.update({k: v for k, v in switch.items() if k != "on_failure"})
+    return out
+
+
+def wrapper_switch(wrapper: Any) -> dict | None:
+    """The graph-mode settings of ``optim_wrapper`` when it is a GraphOptimWrapper (a dict naming
+    it, or one built: a wrapper class says so with its ``compiles_step`` attribute), else None."""
     from libai.registry import OPTIM_WRAPPERS
 
-    # a GraphOptimWrapper (or a subclass) says so with its class attribute ``compiles_step``
-    wrapper = cfg.get("optim_wrapper")
     if getattr(type(wrapper), "compiles_step", False):
-        return dict(compile=wrapper.compile_options, on_failure=wrapper.on_failure)
+        return dict(compile=wrapper.compile_options, on_failure=wrapper.on_failure,
+                    exact_random=False)  # its options were checked when it was built
     if not isinstance(wrapper, Mapping) or not isinstance(wrapper.get("type"), str):
         return None
     cls = OPTIM_WRAPPERS.get(wrapper["type"], path="optim_wrapper")
     if not (isinstance(cls, type) and getattr(cls, "compiles_step", False)):
         return None
-    if cfg.get("compile"):
-        raise ConfigError(
-            "compile=... and optim_wrapper.type='GraphOptimWrapper' both ask for graph mode: "
-            "remove compile and give its options as optim_wrapper.compile.")
-    return dict(compile=compile_options(wrapper.get("compile"), wrapper.get("exact_random", True)),
-                on_failure=wrapper.get("on_failure", "eager"))
+    return {k: wrapper[k] for k in ("compile", *GRAPH_KEYS) if k in wrapper}
 
 
-def compile_options(cfg: dict | bool | None, exact_random: bool = True) -> dict[str, Any]:
-    """Check ``optim_wrapper.compile`` and return the keyword arguments for ``torch.compile``.
+def compile_options(cfg: dict | bool | None, exact_random: bool = True,
+                    path: str = "optim_wrapper") -> dict[str, Any]:
+    """Check ``optim_wrapper.compile`` (or the top-level ``compile``: ``path``) and return the
+    keyword arguments for ``torch.compile``.
 
     ``mode`` is turned into inductor ``options`` (``torch._inductor.list_mode_options``) so that
     ``exact_random`` (inductor's ``fallback_random``: random numbers drawn as eager draws them)
@@ -64,14 +100,14 @@ def compile_options(cfg: dict | bool | None, exact_random: bool = True) -> dict[
     options = {} if cfg in (None, True) else cfg
     if not isinstance(options, dict):
         raise ConfigError(
-            f"optim_wrapper.compile must be a dict of torch.compile arguments, e.g. "
+            f"{_key(path)} must be a dict of torch.compile arguments, e.g. "
             f"dict(mode='max-autotune', dynamic=False), got {cfg!r}."
         )
     options = dict(options)
     for key in options:
         if key not in COMPILE_KEYS:
             raise ConfigError(
-                f"optim_wrapper.compile.{key} is not a torch.compile argument."
+                f"{_key(path)}.{key} is not a torch.compile argument."
                 f"{did_you_mean(str(key), COMPILE_KEYS)} Valid: {', '.join(COMPILE_KEYS)}."
             )
     backend = options.get("backend", "inductor")
@@ -82,7 +118,7 @@ def compile_options(cfg: dict | bool | None, exact_random: bool = True) -> dict[
         except (KeyError, RuntimeError) as e:
             modes = [m for m in torch._inductor.list_mode_options() if m != "default"]
             raise ConfigError(
-                f"optim_wrapper.compile.mode={mode!r} is not a torch.compile mode."
+                f"{_key(path)}.mode={mode!r} is not a torch.compile mode."
                 f"{did_you_mean(str(mode), modes)} Valid: {', '.join(modes)}."
             ) from e
         if exact_random:
@@ -92,6 +128,9 @@ def compile_options(cfg: dict | bool | None, exact_random: bool = True) -> dict[
             options["options"] = inductor
     return options
 
+
+def _key(path: str) -> str:
+    return "compile" if path == "compile" else f"{path}.compile"
 
 
 def check_policy(name: str, value: str) -> str:

@@ -2,7 +2,7 @@
 Understanding" (https://arxiv.org/abs/1810.04805).
 
 The math follows Hugging Face's ``BertModel`` / ``BertForPreTraining`` exactly, so their weights
-load with equal outputs (``libai.model.zoo.hf`` maps the names). Where it differs:
+load with equal outputs (``hf_bert.py`` maps the names). Where it differs:
 
 - The masked-LM head runs on the predicted positions only when the batch gives them
   (``mlm_positions``, the original BERT ``max_predictions_per_seq`` format): B*P hidden states go
@@ -32,7 +32,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from libai.registry import MODELS
 from libai.utils.errors import ConfigError, DataError
 from libai.utils.suggest import did_you_mean
 
@@ -49,8 +48,9 @@ from ..layers import (
     parallel_loss,
 )
 from .config import ModelConfig, config_signature
+from .family import ModelFamily
 
-__all__ = ["BertConfig", "BertForPreTraining", "BertModel", "BertPreTrainingConfig"]
+__all__ = ["BERT", "BertConfig", "BertForPreTraining", "BertModel", "BertPreTrainingConfig"]
 
 SECOND_HEADS = ("nsp", "sop", None)
 
@@ -115,7 +115,15 @@ class BertPreTrainingConfig(BertConfig):
                 f"(MLM only).{did_you_mean(str(self.second_head), ['nsp', 'sop', 'None'])}")
 
 
-@MODELS.register_module()
+BERT = ModelFamily(
+    "bert", "BERT", config=BertConfig, main="BertForPreTraining", blocks=("TransformerBlock",),
+    shape_args=("vocab_size", "hidden_size", "num_layers", "num_heads", "ffn_hidden_size",
+                "max_position_embeddings", "type_vocab_size", "activation", "layer_norm_eps",
+                "pre_norm"),
+    adapter="libai.model.zoo.hf_bert.BertAdapter")
+
+
+@BERT.register
 class BertModel(nn.Module):
     """The BERT encoder: embeddings, ``num_layers`` :class:`TransformerBlock` s, optional pooler.
 
@@ -129,8 +137,6 @@ class BertModel(nn.Module):
         **kwargs: :class:`BertConfig` fields, on top of ``config``.
     """
 
-    hf_model_type = "bert"
-    parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
     config_class: type[BertConfig] = BertConfig  # a variant's own (RoBERTa: roberta.py)
     __signature__ = config_signature(BertConfig, add_pooler=True)
 
@@ -182,7 +188,7 @@ class BertModel(nn.Module):
         return self.finish(h)
 
 
-@MODELS.register_module()
+@BERT.register
 class BertForPreTraining(nn.Module):
     """BERT with the masked-LM head (tied to the word embeddings) and an optional NSP/SOP head.
 
@@ -205,8 +211,6 @@ class BertForPreTraining(nn.Module):
             divide ``hidden_size``.
     """
 
-    hf_model_type = "bert"
-    parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
     # a variant's own (RoBERTa: roberta.py): its config (one without `second_head` has none),
     # its encoder, and the MLM head's activation (None: the config's, as BERT)
     config_class: type[BertConfig] = BertPreTrainingConfig

@@ -26,11 +26,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from libai.registry import MODELS
 from libai.utils.errors import ConfigError, DataError
 
 from ..layers import init_transformer_weights
-from .bert import BertConfig, BertModel
+from .bert import BERT, BertConfig, BertModel
 from .classification import check_problem_type, classification_loss
 from .config import config_signature
 
@@ -67,8 +66,6 @@ class BertClassifierConfig(BertConfig):
 class _BertClassifier(nn.Module):
     """The parts both heads share: the encoder, the dropout, the classifier and their init."""
 
-    hf_model_type = "bert"
-    parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
     add_pooler = True
 
     def __init__(self, config: BertClassifierConfig | None, kwargs: dict[str, Any]) -> None:
@@ -94,7 +91,7 @@ class _BertClassifier(nn.Module):
         return labels
 
 
-@MODELS.register_module()
+@BERT.register
 class BertForSequenceClassification(_BertClassifier):
     """BERT with a classifier on the pooled [CLS] state (Hugging Face's model of the same name).
 
@@ -124,7 +121,7 @@ class BertForSequenceClassification(_BertClassifier):
         return out
 
 
-@MODELS.register_module()
+@BERT.register
 class BertForTokenClassification(_BertClassifier):
     """BERT with a classifier on every token (Hugging Face's model of the same name; no pooler).
 

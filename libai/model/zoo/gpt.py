@@ -1,7 +1,7 @@
 """GPT-2: Radford et al. 2019, "Language Models are Unsupervised Multitask Learners".
 
 The math follows OpenAI's GPT-2 as Hugging Face's ``GPT2LMHeadModel`` implements it (their weights
-load with equal logits; ``libai.model.zoo.hf`` maps the names): learned absolute positions, pre-LN
+load with equal logits; ``hf_gpt2.py`` maps the names): learned absolute positions, pre-LN
 blocks with causal attention, a final LayerNorm, the LM head tied to the word embeddings without
 a bias, the tanh-approximated GELU, and GPT-2's init (N(0, 0.02), the residual output projections
 scaled by 1/sqrt(2 * num_layers)). Where it differs: q/k/v are three Linear layers (Hugging Face
@@ -28,28 +28,25 @@ from typing import Any
 import torch
 from torch import nn
 
-from libai.registry import MODELS
 from libai.utils.errors import DataError
 
-from ..generation import generate
 from ..layers import (
     KVCache,
     TiedLMHead,
     TransformerBlock,
     TransformerEmbeddings,
-    causal_lm_outputs,
     causal_padding_mask,
-    forward_in_parts,
     init_transformer_weights,
-    lm_items,
     padding_position_ids,
     scale_residual_projections,
 )
+from .causal_lm import CausalLM
 from .classification import check_problem_type, classification_loss
 from .config import ModelConfig, config_signature
+from .family import ModelFamily
 
-__all__ = ["GPTClassifierConfig", "GPTConfig", "GPTForCausalLM", "GPTForSequenceClassification",
-           "GPTModel"]
+__all__ = ["GPT2", "GPTClassifierConfig", "GPTConfig", "GPTForCausalLM",
+           "GPTForSequenceClassification", "GPTModel"]
 
 
 @dataclass(frozen=True)
@@ -87,7 +84,14 @@ class GPTConfig(ModelConfig):
     init_std: float = 0.02
 
 
-@MODELS.register_module()
+GPT2 = ModelFamily(
+    "gpt2", "GPT-2", config=GPTConfig, main="GPTForCausalLM", blocks=("TransformerBlock",),
+    shape_args=("vocab_size", "hidden_size", "num_layers", "num_heads", "ffn_hidden_size",
+                "max_position_embeddings", "activation", "layer_norm_eps"),
+    adapter="libai.model.zoo.hf_gpt2.GPT2Adapter")
+
+
+@GPT2.register
 class GPTModel(nn.Module):
     """The GPT-2 decoder stack without the LM head.
 
@@ -105,8 +109,6 @@ class GPTModel(nn.Module):
         **kwargs: :class:`GPTConfig` fields, on top of ``config``.
     """
 
-    hf_model_type = "gpt2"
-    parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
     __signature__ = config_signature(GPTConfig)
 
     def __init__(self, config: GPTConfig | None = None, **kwargs: Any) -> None:
@@ -186,8 +188,8 @@ class GPTModel(nn.Module):
         return self.final_norm(h)  # (B, S, H)
 
 
-@MODELS.register_module()
-class GPTForCausalLM(nn.Module):
+@GPT2.register
+class GPTForCausalLM(CausalLM, nn.Module):
     """GPT-2 with its tied LM head, the training losses and :meth:`generate`.
 
     Args:
@@ -195,8 +197,6 @@ class GPTForCausalLM(nn.Module):
         **kwargs: :class:`GPTConfig` fields, on top of ``config``.
     """
 
-    hf_model_type = "gpt2"
-    parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
     __signature__ = config_signature(GPTConfig)
 
     def __init__(self, config: GPTConfig | None = None, **kwargs: Any) -> None:
@@ -211,20 +211,9 @@ class GPTForCausalLM(nn.Module):
         """(Re)initialise every parameter with GPT-2's scheme."""
         self.transformer.init_weights()
 
-    def new_kv_caches(self, batch_size: int) -> list[KVCache]:
-        """Empty caches, one per block (see :meth:`GPTModel.new_kv_caches`)."""
-        return self.transformer.new_kv_caches(batch_size)
-
-    def logits(self, input_ids: torch.Tensor, kv_caches: list[KVCache] | None = None,
-               attention_mask: torch.Tensor | None = None,
-               position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Next-token logits (B, S, V) for every position of ``input_ids`` (B, S); the other
-        arguments are :class:`GPTModel`'s."""
-        h = self.transformer(input_ids, kv_caches, attention_mask, position_ids)  # (B, S, H)
-        return self.lm_head(h, self.transformer.embeddings.word_embeddings.weight)  # (B, S, V)
-
-    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return forward_in_parts(self, self.transformer.blocks, batch)
+    def head_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """The tied LM head: hidden states (B, S, H) after the final norm to logits (B, S, V)."""
+        return self.lm_head(h, self.transformer.embeddings.word_embeddings.weight)
 
     # the model in parts, as a pipeline runs it (libai.model.contract): forward is these three
     pipeline_split = {"first": ("transformer.embeddings",),
@@ -238,31 +227,6 @@ class GPTForCausalLM(nn.Module):
                               batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         """What every block takes besides the hidden state ``h``."""
         return self.transformer.block_kwargs(batch["input_ids"], batch.get("attention_mask"))
-
-    def pipeline_last(self, h: torch.Tensor, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
-        """The last block's output (B, S, H) to what ``forward`` returns."""
-        logits = self.lm_head(self.transformer.final_norm(h),
-                              self.transformer.embeddings.word_embeddings.weight)  # (B, S, V)
-        return causal_lm_outputs(logits, batch.get("labels"), self.training, "GPTForCausalLM")
-
-    def count_items(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The ``num_items`` of a training batch, from the batch alone."""
-        return lm_items(batch, "labels", "loss")
-
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None, top_p: float | None = None, do_sample: bool = False,
-                 eos_token_id: int | list[int] | None = None,
-                 generator: torch.Generator | None = None,
-                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Continue ``input_ids`` (B, S) by up to ``max_new_tokens`` tokens; returns (B, S + n).
-
-        :func:`libai.model.generation.generate` on this model, where the arguments are
-        described; ``attention_mask`` (B, S) batches prompts of different lengths padded on
-        the left. Temperature 0 is greedy.
-        """
-        return generate(self, input_ids, max_new_tokens, attention_mask=attention_mask,
-                        temperature=temperature, top_k=top_k, top_p=top_p, do_sample=do_sample,
-                        eos_token_id=eos_token_id, generator=generator)
 
 
 @dataclass(frozen=True)
@@ -292,7 +256,7 @@ class GPTClassifierConfig(GPTConfig):
         check_problem_type(self.problem_type, self.num_classes, "GPTClassifierConfig")
 
 
-@MODELS.register_module()
+@GPT2.register
 class GPTForSequenceClassification(nn.Module):
     """GPT-2 scoring each sequence at its last token (Hugging Face's
     ``GPT2ForSequenceClassification``).
@@ -309,8 +273,6 @@ class GPTForSequenceClassification(nn.Module):
         **kwargs: :class:`GPTClassifierConfig` fields, on top of ``config``.
     """
 
-    hf_model_type = "gpt2"
-    parallel_blocks = ("TransformerBlock",)  # FSDP and activation checkpointing units
     __signature__ = config_signature(GPTClassifierConfig)
 
     def __init__(self, config: GPTClassifierConfig | None = None, **kwargs: Any) -> None:

@@ -1,12 +1,13 @@
-"""Hugging Face model folders in and out of libai's BERT and GPT-2, without importing transformers.
+"""Hugging Face model folders in and out of libai's model families, without importing
+transformers.
 
 A folder is ``config.json`` plus the weights: ``model.safetensors``, its sharded form
 (``model.safetensors.index.json``), or ``pytorch_model.bin`` (also sharded), read with
-``torch.load(weights_only=True)`` only. Supported: ``model_type`` "bert" (BertModel,
-BertForPreTraining, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification)
-and "gpt2" (GPT2Model, GPT2LMHeadModel, GPT2ForSequenceClassification). The name and config
-translation is in ``hf_mapping.py``, the tokenizer files in ``hf_tokenizer.py``.
+``torch.load(weights_only=True)`` only. Its ``model_type`` names the family (``family.py``:
+BERT, GPT-2, Llama, RoBERTa), whose adapter (``hf_<family>.py``) translates names, configs and
+the tokenizer both ways; this module reads and writes the files and checks what fits.
 
+- :func:`hf_to_libai` / :func:`libai_to_hf`: a config and state dict translated, no files.
 - :func:`load_hf_pretrained` (folder -> ``model=dict(type=..., ...)`` and a libai state dict) and
   :func:`from_hf_pretrained` (folder -> a built model).
 - :func:`save_hf_pretrained` (model -> folder that ``transformers`` loads with
@@ -19,6 +20,7 @@ translation is in ``hf_mapping.py``, the tokenizer files in ``hf_tokenizer.py``.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pickle
@@ -30,16 +32,128 @@ import torch
 from torch import nn
 
 from libai.registry import MODELS
-from libai.utils.errors import CheckpointError, ConfigError
+from libai.utils.errors import CheckpointError
 
 from ..steps import unwrap_model
-from .hf_mapping import HF_FAMILIES, SHAPE_ARGS, hf_to_libai, libai_to_hf
-from .hf_tokenizer import tokenizer_files
+from .family import ModelFamily, families, get_family
+from .hf_base import HFAdapter, State, label_config
 
-__all__ = ["from_hf_pretrained", "hf_state_dict_for", "hf_to_libai", "is_hf_folder",
-           "libai_to_hf", "load_hf_pretrained", "read_hf_folder", "save_hf_pretrained"]
+__all__ = ["adapter", "check_hf_export", "from_hf_pretrained", "hf_state_dict_for", "hf_to_libai",
+           "is_hf_folder", "libai_to_hf", "load_hf_pretrained", "read_hf_folder",
+           "save_hf_pretrained", "tokenizer_files"]
 
-State = dict[str, torch.Tensor]
+_IGNORED_SUFFIXES = (".position_ids", ".token_type_ids", ".attn.bias", ".attn.masked_bias")
+_ADAPTERS: dict[str, HFAdapter] = {}
+
+
+def adapter(family: ModelFamily | str) -> HFAdapter:
+    """The Hugging Face adapter of a family (or of a ``model_type``), imported on first use from
+    the dotted path its record names (the adapter imports the model file: the record cannot)."""
+    family = get_family(family) if isinstance(family, str) else family
+    if family.name not in _ADAPTERS:
+        module, _, name = family.adapter.rpartition(".")
+        _ADAPTERS[family.name] = getattr(importlib.import_module(module), name)(family)
+    return _ADAPTERS[family.name]
+
+
+# ----------------------------------------------------------------------------- translating
+def hf_to_libai(config: dict[str, Any], hf_state: State,
+                target: str | None = None) -> tuple[dict[str, Any], State]:
+    """Translate a Hugging Face config and state dict to libai's, through the family's adapter.
+
+    Args:
+        config: The parsed ``config.json``.
+        hf_state: Its weights, Hugging Face names.
+        target: The libai class the keys are for ("BertModel", "GPTForCausalLM"...). Defaults
+            to the class matching the folder's ``architectures`` (and its weights).
+
+    Returns:
+        ``model`` config dict (``type`` + kwargs) and the state dict. Keys that match nothing
+        are kept under their Hugging Face names, so that a strict load reports them.
+
+    Raises:
+        CheckpointError: Unsupported ``model_type`` or options, or an untied LM head.
+    """
+    model_type = config.get("model_type")
+    family = get_family(model_type)
+    # old TensorFlow-converted BERT checkpoints name LayerNorm's weight and bias gamma and beta
+    state = {k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta",
+                                                                      "LayerNorm.bias"): v
+             for k, v in hf_state.items() if not k.endswith(_IGNORED_SUFFIXES)}
+    try:
+        return adapter(family).from_hf(config, state, target)
+    except KeyError as e:  # a dimension the config must give
+        raise CheckpointError(f"config.json of this {model_type} model lacks {e}") from e
+
+
+def check_hf_export(model: nn.Module) -> str:
+    """``model``'s Hugging Face model type (its ``hf_model_type``).
+
+    Raises:
+        CheckpointError: The model has none; the message names the families that export.
+    """
+    model = unwrap_model(model)
+    kind = getattr(model, "hf_model_type", None)
+    if kind is None:
+        titles = [f.title for f in families()]
+        raise CheckpointError(
+            f"{type(model).__name__} has no Hugging Face equivalent: libai exports its "
+            f"{', '.join(titles[:-1])} and {titles[-1]} models (and their classifiers) only; use "
+            f"the libai checkpoint as it is (load_from, tools/test.py)")
+    return kind
+
+
+def libai_to_hf(model: nn.Module, label_names: Sequence[str] | None = None
+                ) -> tuple[dict[str, Any], State]:
+    """The Hugging Face ``config.json`` dict and state dict of a libai model of a family.
+
+    A ``second_head="sop"`` BERT exports as ``BertForPreTraining`` (the same Linear(H, 2); its
+    labels keep the SOP meaning). Tensors are detached, contiguous and on the CPU.
+
+    Args:
+        model: The model (DDP / compile wrappers are looked through).
+        label_names: A classifier's class names, in class order, for ``id2label`` and
+            ``label2id``. Defaults to None: ``LABEL_0``, ``LABEL_1``...
+
+    Raises:
+        CheckpointError: The model has no Hugging Face equivalent (:func:`check_hf_export`; a
+            pre_norm BERT).
+        ConfigError: ``label_names`` for a model without classes, or not one distinct name per
+            class.
+    """
+    model = unwrap_model(model)
+    family = get_family(check_hf_export(model))
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    config, out = adapter(family).to_hf(model, model.config, state)
+    config.update(label_config(model, label_names))
+    if state:  # every parameter must have found its Hugging Face name
+        raise AssertionError(f"unmapped parameters: {sorted(state)}")
+    dtype = next(iter(out.values())).dtype
+    config.setdefault("tie_word_embeddings", True)  # Llama may untie its LM head
+    config.update(torch_dtype=str(dtype).removeprefix("torch."))
+    return config, {k: v.contiguous() for k, v in out.items()}
+
+
+def tokenizer_files(tokenizer: Any, model_type: str, max_length: int, vocab_size: int,
+                    classifier: bool = False, pad_token_id: int | None = None) -> dict[str, str]:
+    """File name -> text of the tokenizer files of a ``model_type`` model, for
+    ``AutoTokenizer.from_pretrained`` (see the family's adapter, ``hf_<family>.py``).
+
+    Args:
+        tokenizer: A ``TextTokenizer`` (``kind`` "wordpiece" or "bpe", ``backend`` a
+            ``tokenizers.Tokenizer``).
+        model_type: The model's ``hf_model_type``.
+        max_length: ``model_max_length``: the model's longest sequence.
+        vocab_size: The model's vocabulary; the tokenizer may not give larger ids.
+        classifier: A GPT-2 classifier: each text ends with ``<|endoftext|>``. Defaults to False.
+        pad_token_id: A GPT-2 classifier's padding id, written as the tokenizer's
+            ``pad_token``. Defaults to None.
+
+    Raises:
+        ConfigError: The tokenizer is of the other kind or has more tokens than the model.
+    """
+    return adapter(model_type).tokenizer_files(tokenizer, max_length, vocab_size, classifier,
+                                              pad_token_id)
 
 
 # ----------------------------------------------------------------------------- reading
@@ -141,7 +255,7 @@ def save_hf_pretrained(model: nn.Module, folder: str | os.PathLike,
         tokenizer: The ``TextTokenizer`` the model reads with: ``tokenizer.json``,
             ``tokenizer_config.json``, ``special_tokens_map.json`` (and ``vocab.txt`` for
             WordPiece), so that ``AutoTokenizer.from_pretrained(folder)`` encodes as libai's
-            datasets do (see ``hf_tokenizer.py``). Defaults to None: no tokenizer files.
+            datasets do (see the family's ``hf_<family>.py``). Defaults to None: no tokenizer files.
 
     Returns:
         The names of the files written, in writing order.
@@ -153,7 +267,8 @@ def save_hf_pretrained(model: nn.Module, folder: str | os.PathLike,
     config, state = libai_to_hf(model, label_names)
     files: dict[str, str] = {}
     if tokenizer is not None:
-        files = _tokenizer_files(config, unwrap_model(model).config, tokenizer)
+        files = adapter(config["model_type"]).export_tokenizer(
+            tokenizer, config, unwrap_model(model).config)
     files["config.json"] = json.dumps(config, indent=2, sort_keys=True) + "\n"
     st, folder = _safetensors().torch, os.fspath(folder)
     try:
@@ -169,36 +284,6 @@ def save_hf_pretrained(model: nn.Module, folder: str | os.PathLike,
     except OSError as e:
         raise CheckpointError(f"could not write the Hugging Face folder {folder!r}: {e}") from e
     return ["model.safetensors", *files]
-
-
-def _tokenizer_files(config: dict[str, Any], a: dict[str, Any], tokenizer: Any) -> dict[str, str]:
-    """The tokenizer files of an export; ``config`` (the ``config.json`` dict) takes the
-    tokenizer's special ids: GPT-2's and Llama's ends of text, RoBERTa's ``<s>`` / ``</s>``.
-
-    Raises:
-        ConfigError: See :func:`tokenizer_files`; or a RoBERTa whose ``pad_token_id`` is not
-            the tokenizer's padding (its positions count from it).
-    """
-    kind = config["model_type"]
-    classifier = kind == "gpt2" and "num_classes" in a
-    pad = a["pad_token_id"] if classifier else None  # BERT's is always [PAD]
-    longest = a["max_position_embeddings"]
-    if kind == "roberta":  # positions start after the padding index: 514 -> 512 tokens
-        longest -= a["pad_token_id"] + 1
-    files = tokenizer_files(tokenizer, kind, longest, a["vocab_size"], classifier, pad)
-    if kind == "gpt2":  # GPT-2's ends of text are the tokenizer's
-        config.update(bos_token_id=tokenizer.eod_id, eos_token_id=tokenizer.eod_id)
-    elif kind == "llama":
-        config.update(bos_token_id=tokenizer.bos_id, eos_token_id=tokenizer.eos_id,
-                      pad_token_id=tokenizer.pad_id)
-    elif kind == "roberta":
-        if tokenizer.pad_id != a["pad_token_id"]:
-            raise ConfigError(
-                f"the tokenizer pads with id {tokenizer.pad_id} but the RoBERTa model has "
-                f"pad_token_id={a['pad_token_id']}, from which its positions count: pass the "
-                f"tokenizer the model was trained with")
-        config.update(bos_token_id=tokenizer.bos_id, eos_token_id=tokenizer.eos_id)
-    return files
 
 
 # ----------------------------------------------------------------------------- loading
@@ -251,12 +336,11 @@ def hf_state_dict_for(model: nn.Module, folder: str | os.PathLike) -> State:
     where = f"load_from={os.fspath(folder)!r}"
     if kind is None:
         raise CheckpointError(f"{where} is a Hugging Face folder but {name} has no conversion "
-                              f"from one: only libai's {', '.join(_FAMILIES.values())} models "
-                              f"load it")
+                              f"from one: only libai's {', '.join(f.title for f in families())} "
+                              f"models load it")
     found = config.get("model_type")
     if found != kind:
-        fix = {"bert": "BertForPreTraining", "gpt2": "GPTForCausalLM",
-               "llama": "LlamaForCausalLM", "roberta": "RobertaForMaskedLM"}.get(found)
+        fix = next((f.main for f in families() if f.name == found), None)
         raise CheckpointError(
             f"{where} holds a {found!r} model but the config builds {name}, a {kind!r} model: "
             + (f"set model.type='{fix}' (and its dimensions) or " if fix else "")
@@ -265,7 +349,7 @@ def hf_state_dict_for(model: nn.Module, folder: str | os.PathLike) -> State:
     ours, theirs = _dims(model.config), _dims(cfg)
     # an unset GPT-2 ffn_hidden_size on both sides follows hidden_size: not a difference of its own
     derived = model.config.get("ffn_hidden_size") is None and cfg.get("ffn_hidden_size") is None
-    diff = [k for k in SHAPE_ARGS[kind] if ours.get(k) != theirs.get(k)
+    diff = [k for k in get_family(kind).shape_args if ours.get(k) != theirs.get(k)
             and not (derived and k == "ffn_hidden_size")]
     if diff:
         raise CheckpointError(
@@ -274,8 +358,6 @@ def hf_state_dict_for(model: nn.Module, folder: str | os.PathLike) -> State:
             f"{' '.join(f'model.{k}={theirs[k]!r}' for k in diff)} in the config")
     return state
 
-
-_FAMILIES = HF_FAMILIES
 
 
 def _dims(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -25,10 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from libai.registry import MODELS
 from libai.utils.errors import ConfigError, DataError
 
-from ..generation import generate
 from ..layers import (
     GrowingKVCache,
     RMSNorm,
@@ -36,16 +34,16 @@ from ..layers import (
     SwiGLU,
     TiedLMHead,
     apply_rotary_emb,
-    causal_lm_outputs,
     causal_padding_mask,
     check_rope_scaling,
-    forward_in_parts,
-    lm_items,
     padding_position_ids,
 )
+from .causal_lm import CausalLM
 from .config import ModelConfig, config_signature
+from .family import ModelFamily
 
-__all__ = ["LlamaBlock", "LlamaConfig", "LlamaForCausalLM", "LlamaModel", "init_llama_weights"]
+__all__ = ["LLAMA", "LlamaBlock", "LlamaConfig", "LlamaForCausalLM", "LlamaModel",
+           "init_llama_weights"]
 
 
 class _ConstantDict(dict):
@@ -234,7 +232,15 @@ def init_llama_weights(module: nn.Module, std: float = 0.02) -> None:
             nn.init.ones_(m.weight)
 
 
-@MODELS.register_module()
+LLAMA = ModelFamily(
+    "llama", "Llama", config=LlamaConfig, main="LlamaForCausalLM", blocks=("LlamaBlock",),
+    shape_args=("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                "head_dim", "ffn_hidden_size", "rms_norm_eps", "rope_theta", "rope_scaling",
+                "tie_word_embeddings"),
+    adapter="libai.model.zoo.hf_llama.LlamaAdapter")
+
+
+@LLAMA.register
 class LlamaModel(nn.Module):
     """The Llama decoder stack without the LM head.
 
@@ -250,8 +256,6 @@ class LlamaModel(nn.Module):
         **kwargs: :class:`LlamaConfig` fields, on top of ``config``.
     """
 
-    hf_model_type = "llama"
-    parallel_blocks = ("LlamaBlock",)  # FSDP and activation checkpointing units
     tp_plan = {"embed_tokens": "vocab"}  # the embedding split by vocabulary rows
     __signature__ = config_signature(LlamaConfig)
 
@@ -319,8 +323,8 @@ class LlamaModel(nn.Module):
         return self.final_norm(h)  # (B, S, H)
 
 
-@MODELS.register_module()
-class LlamaForCausalLM(nn.Module):
+@LLAMA.register
+class LlamaForCausalLM(CausalLM, nn.Module):
     """Llama with its LM head (tied or not), the training losses and :meth:`generate`.
 
     Untied, the head is a Linear(H, V) that tensor parallel splits by vocabulary (column-wise),
@@ -331,8 +335,6 @@ class LlamaForCausalLM(nn.Module):
         **kwargs: :class:`LlamaConfig` fields, on top of ``config``.
     """
 
-    hf_model_type = "llama"
-    parallel_blocks = ("LlamaBlock",)
     __signature__ = config_signature(LlamaConfig)
 
     def __init__(self, config: LlamaConfig | None = None, **kwargs: Any) -> None:
@@ -352,18 +354,6 @@ class LlamaForCausalLM(nn.Module):
         """(Re)initialise every parameter (:func:`init_llama_weights`)."""
         init_llama_weights(self, self.config.init_std)
 
-    def new_kv_caches(self, batch_size: int) -> list[GrowingKVCache]:
-        """Empty caches, one per block (see :meth:`LlamaModel.new_kv_caches`)."""
-        return self.transformer.new_kv_caches(batch_size)
-
-    def logits(self, input_ids: torch.Tensor, kv_caches: list[GrowingKVCache] | None = None,
-               attention_mask: torch.Tensor | None = None,
-               position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Next-token logits (B, S, V) for every position of ``input_ids`` (B, S); the other
-        arguments are :class:`LlamaModel`'s."""
-        h = self.transformer(input_ids, kv_caches, attention_mask, position_ids)  # (B, S, H)
-        return self.head_logits(h)
-
     def head_logits(self, h: torch.Tensor) -> torch.Tensor:
         """The LM head: hidden states (B, S, H) after the final norm to logits (B, S, V)."""
         if self.config.tie_word_embeddings:
@@ -379,9 +369,6 @@ class LlamaForCausalLM(nn.Module):
         logits = DTensor.from_local(logits, w.device_mesh, [Shard(-1)], run_check=False,
                                     shape=shape, stride=torch.empty(shape, device="meta").stride())
         return logits if self.training else logits.full_tensor()
-
-    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return forward_in_parts(self, self.transformer.blocks, batch)
 
     @property
     def pipeline_split(self) -> dict[str, tuple[str, ...]]:
@@ -399,24 +386,3 @@ class LlamaForCausalLM(nn.Module):
                               batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         """What every block takes besides the hidden state ``h``."""
         return self.transformer.block_kwargs(h, batch["input_ids"], batch.get("attention_mask"))
-
-    def pipeline_last(self, h: torch.Tensor, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
-        """The last block's output (B, S, H) to what ``forward`` returns."""
-        logits = self.head_logits(self.transformer.final_norm(h))  # (B, S, V)
-        return causal_lm_outputs(logits, batch.get("labels"), self.training, "LlamaForCausalLM")
-
-    def count_items(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The ``num_items`` of a training batch, from the batch alone."""
-        return lm_items(batch, "labels", "loss")
-
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None, top_p: float | None = None, do_sample: bool = False,
-                 eos_token_id: int | list[int] | None = None,
-                 generator: torch.Generator | None = None,
-                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Continue ``input_ids`` (B, S) by up to ``max_new_tokens`` tokens; returns (B, S + n):
-        :func:`libai.model.generation.generate` on this model, where the arguments are described
-        (``attention_mask`` batches prompts padded on the left)."""
-        return generate(self, input_ids, max_new_tokens, attention_mask=attention_mask,
-                        temperature=temperature, top_k=top_k, top_p=top_p, do_sample=do_sample,
-                        eos_token_id=eos_token_id, generator=generator)

@@ -27,13 +27,13 @@ from typing import Any
 
 import torch
 
-from libai.registry import MODELS
 from libai.utils.errors import ConfigError, DataError
 
 from .bert import BertConfig, BertForPreTraining, BertModel
 from .config import config_signature
+from .family import ModelFamily
 
-__all__ = ["RobertaConfig", "RobertaForMaskedLM", "RobertaModel"]
+__all__ = ["ROBERTA", "RobertaConfig", "RobertaForMaskedLM", "RobertaModel"]
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,16 @@ class RobertaConfig(BertConfig):
         return self.max_position_embeddings - self.pad_token_id - 1
 
 
-@MODELS.register_module()
+ROBERTA = ModelFamily(
+    "roberta", "RoBERTa", config=RobertaConfig, main="RobertaForMaskedLM",
+    blocks=("TransformerBlock",),
+    shape_args=("vocab_size", "hidden_size", "num_layers", "num_heads", "ffn_hidden_size",
+                "max_position_embeddings", "type_vocab_size", "activation", "layer_norm_eps",
+                "pad_token_id"),
+    adapter="libai.model.zoo.hf_roberta.RobertaAdapter")
+
+
+@ROBERTA.register
 class RobertaModel(BertModel):
     """The RoBERTa encoder: :class:`BertModel` with positions counted from the padding index.
 
@@ -85,7 +94,6 @@ class RobertaModel(BertModel):
         **kwargs: :class:`RobertaConfig` fields, on top of ``config``.
     """
 
-    hf_model_type = "roberta"
     config_class = RobertaConfig
     __signature__ = config_signature(RobertaConfig, add_pooler=True)
 
@@ -115,7 +123,7 @@ class RobertaModel(BertModel):
         return (tokens.cumsum(1).type_as(tokens) * tokens).long() + pad  # (B, S)
 
 
-@MODELS.register_module()
+@ROBERTA.register
 class RobertaForMaskedLM(BertForPreTraining):
     """RoBERTa with its masked-LM head (tied to the word embeddings), no pooler, no second head:
     :class:`BertForPreTraining` with ``second_head=None`` on a :class:`RobertaModel`.
@@ -130,7 +138,6 @@ class RobertaForMaskedLM(BertForPreTraining):
         **kwargs: :class:`RobertaConfig` fields, on top of ``config``.
     """
 
-    hf_model_type = "roberta"
     config_class = RobertaConfig
     encoder_class = RobertaModel
     mlm_activation = "gelu"  # Hugging Face's RobertaLMHead: exact GELU whatever hidden_act

@@ -14,7 +14,6 @@ from typing import Any
 
 from libai.registry import PARAM_SCHEDULERS
 from libai.utils.errors import ConfigError
-from libai.utils.suggest import did_you_mean
 
 from .param_scheduler import ParamScheduler
 
@@ -147,11 +146,7 @@ class OneCycleLR(ParamScheduler):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if anneal_strategy not in _ANNEAL:
-            raise ConfigError(
-                f"OneCycleLR.anneal_strategy={anneal_strategy!r} is unknown."
-                f"{did_you_mean(str(anneal_strategy), _ANNEAL)} Use 'cos' or 'linear'."
-            )
+        self._check_choice("anneal_strategy", anneal_strategy, _ANNEAL)
         if not 0 < pct_start < 1:
             raise ConfigError(f"OneCycleLR.pct_start must be in (0, 1), got {pct_start!r}.")
         self.eta_max = list(eta_max) if isinstance(eta_max, Sequence) else eta_max

@@ -106,6 +106,14 @@ class ParamScheduler:
                 f"end={self.end} iterations); end must be greater than begin."
             )
 
+    def _check_choice(self, name: str, value: Any, options: Sequence[str]) -> None:
+        """Refuse a setting that is not one of ``options``, with a did-you-mean."""
+        if value not in options:
+            raise ConfigError(
+                f"{type(self).__name__}.{name}={value!r} is unknown."
+                f"{did_you_mean(str(value), options)} Use one of: {', '.join(options)}."
+            )
+
     def _reject(self, key: str) -> None:
         valid = [
             n

@@ -53,15 +53,8 @@ class ReduceOnPlateauLR(ParamScheduler):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        for name, value, options in (
-            ("rule", rule, _RULES),
-            ("threshold_mode", threshold_mode, _THRESHOLD_MODES),
-        ):
-            if value not in options:
-                raise ConfigError(
-                    f"ReduceOnPlateauLR.{name}={value!r} is unknown."
-                    f"{did_you_mean(str(value), options)} Use one of: {', '.join(options)}."
-                )
+        self._check_choice("rule", rule, _RULES)
+        self._check_choice("threshold_mode", threshold_mode, _THRESHOLD_MODES)
         if not 0 < factor < 1:
             raise ConfigError(f"ReduceOnPlateauLR.factor must be in (0, 1), got {factor!r}.")
         self.monitor = monitor

@@ -12,7 +12,7 @@ from text_fixtures import shakespeare_documents, train_tokenizer, write_corpus
 
 from libai.data import SampleKey, build_dataloader
 from libai.data.text import BertPretrainingDataset, IndexedTokenDataset, TextCorpus
-from libai.data.text.bert_dataset import _trim_counts
+from libai.data.text.bert_chunks import trim_counts as _trim_counts
 from libai.registry import DATASETS
 from libai.utils.errors import ConfigError, DataError
 

@@ -193,7 +193,7 @@ def test_corpus_whose_tokenizer_cannot_end_a_document_says_so(tmp_path):
 
 # ----------------------------------------------------------------------------------- out
 def export(tok, model_type, folder, max_length=64):
-    from libai.model.zoo.hf_tokenizer import tokenizer_files
+    from libai.model.zoo.hf import tokenizer_files
 
     folder.mkdir(parents=True, exist_ok=True)
     files = tokenizer_files(tok, model_type, max_length, tok.vocab_size)

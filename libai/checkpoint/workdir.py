@@ -150,6 +150,8 @@ def find_resumable(
     never chosen: they may be unfinished.
 
     In a distributed run rank 0 decides and the answer is broadcast, so every rank must call this.
+    A checkpoint inside the work dir travels as a path relative to it: nodes that mount the shared
+    work dir at different paths each open it under their own (docs/cluster.md).
 
     Args:
         work_dir: The run's work dir.
@@ -158,10 +160,13 @@ def find_resumable(
     Returns:
         The checkpoint path, or None when there is nothing to resume from.
     """
-    choice = None
+    work_dir, choice = Path(work_dir), None
     if dist.is_main_process():
-        choice = _choose(Path(work_dir), logger or _logger)
-    return dist.broadcast_object(choice)
+        found = _choose(work_dir, logger or _logger)
+        inside = found is not None and not os.path.relpath(found, work_dir).startswith("..")
+        choice = os.path.relpath(found, work_dir) if inside else found
+    choice = dist.broadcast_object(choice)
+    return None if choice is None else work_dir / choice  # an absolute path stays as it is
 
 
 def _choose(work_dir: Path, logger: logging.Logger) -> Path | None:

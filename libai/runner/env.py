@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from libai.runner import slurm
 from libai.utils import dist
 from libai.utils.errors import ConfigError
 from libai.utils.run_lock import WorkDirLock, acquire
@@ -39,7 +40,9 @@ __all__ = [
 
 
 def init_distributed(env_cfg: dict) -> None:
-    """Join the process group when launched by torchrun (no-op for a single process)."""
+    """Join the process group when launched by torchrun, or by srun without torchrun (Slurm's
+    variables read as torchrun's: :mod:`libai.runner.slurm`); no-op for a single process."""
+    slurm.adopt_environment()
     if dist.launched_by_torchrun():
         dist.init_dist(backend=env_cfg.get("dist_backend"), timeout_s=env_cfg.get("dist_timeout", 1800))
 
@@ -247,6 +250,9 @@ def open_run(cfg: Any, work_dir: str, dry_run: bool, device: torch.device, seed:
     logger = make_logger(cfg, log_dir, timestamp, rank)
     where = (f"{log_dir} (temporary: a --fast-dev-run writes nothing into {work_dir})"
              if dry_run else log_dir)
-    logger.info(env_summary(device, seed, {"work dir": where}))
+    slurm_row, requeue_warning = slurm.summary(cfg.get("resume"))
+    logger.info(env_summary(device, seed, {"work dir": where, **slurm_row}))
+    if requeue_warning:
+        logger.warning(requeue_warning)
     text = dump_config(cfg, os.path.join(log_dir, "config.py"), logger) if dist.is_main_process() else None
     return timestamp, log_dir, logger, text

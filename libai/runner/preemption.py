@@ -3,7 +3,9 @@ iteration reached, say so in one line, and end with :class:`~libai.utils.signals
 
 The signal handling itself (handlers that only set a flag, the all-reduce that makes ranks agree)
 lives in :mod:`libai.utils.signals`; the loops poll it between steps and between evaluation
-batches and call :func:`stop_on_signal` on every rank at the same point.
+batches and call :func:`stop_on_signal` on every rank at the same point. In a Slurm batch job
+stopped by SIGUSR1 (``--signal=USR1@120``), rank 0 then requeues the job
+(:func:`libai.runner.slurm.requeue`), and the line says so instead of naming a command.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
+from libai.runner import slurm
 from libai.utils import dist
 from libai.utils.errors import TrainingError
 from libai.utils.signals import Preempted, StopRequest, parse_preemption
@@ -72,10 +75,21 @@ def stop_on_signal(runner: Any, signum: int, val_interrupted: bool = False) -> N
         path = runner.checkpointer.save_at_stop(loop.iter, force=val_interrupted)
         note = f"checkpoint {path}" + (" (the interrupted validation reruns on resume)"
                                       if val_interrupted else "")
-    message = (f"Stopped by {name} at {where}: {note}. Continue with: {_resume_command(runner)}"
-               f" (exit status {128 + signum}).")
+    requeued = None if runner.fast_dev_run else _requeue(runner, name)
+    then = requeued or f"Continue with: {_resume_command(runner)}"
+    message = f"Stopped by {name} at {where}: {note}. {then} (exit status {128 + signum})."
     runner.logger.warning(message)
     raise Preempted(signum, message)
+
+
+def _requeue(runner: Any, name: str) -> str | None:
+    """Under Slurm, requeue the job from rank 0 (once, the step saved on every rank) and return
+    what happened, the same on every rank; None where the job is not requeued."""
+    if "SLURM_JOB_ID" not in os.environ or name not in slurm.REQUEUE_SIGNALS:
+        return None
+    if runner.stop_request is not None:  # requeuing ends the job: Slurm's SIGTERM is expected
+        runner.stop_request.settle()
+    return dist.broadcast_object(slurm.requeue(name) if dist.is_main_process() else None)
 
 
 def _resume_command(runner: Any) -> str:
@@ -94,4 +108,6 @@ def _resume_command(runner: Any) -> str:
             ["libai"] if script == "libai" else ["python", "-m", "libai"])
         return shlex.join(head + argv[1:])
     head = ["torchrun", "--nproc_per_node", str(n)] if n > 1 else ["python"]
+    if n > 1 and slurm.in_srun_step() and "TORCHELASTIC_RUN_ID" not in os.environ:
+        head = ["srun", "python"]  # srun's tasks, no torchrun: sbatch the same script again
     return shlex.join(head + argv)

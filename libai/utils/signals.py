@@ -230,6 +230,7 @@ class StopRequest:
         self._distributed = False
         self._arrivals = _Arrivals()
         self._handled = 0
+        self._settled = False  # the stop is saved: later signals are the job being ended
 
     @property
     def installed(self) -> bool:
@@ -244,6 +245,7 @@ class StopRequest:
             return False
         self.received = 0
         self._handled = 0  # handler calls since install (several signals can make one)
+        self._settled = False
         self._training = False
         self._owner = os.getpid()
         self._announce = dist.get_rank() == 0
@@ -263,10 +265,19 @@ class StopRequest:
         self._previous.clear()
         self._arrivals.stop()
 
+    def settle(self) -> None:
+        """The stop is saved and the process is on its way out: a later signal is ignored
+        until :meth:`uninstall`. A job that requeues itself (:mod:`libai.runner.slurm`) is sent
+        SIGTERM by Slurm while rank 0 still writes its last line; exiting at once then would
+        lose that line and claim that no checkpoint was written."""
+        self._settled = True
+
     def _handle(self, signum: int, frame: Any) -> None:
         # Only a flag: the loops act on it where stopping is safe.
-        if os.getpid() != self._owner:
-            return  # a forked child (a data loader worker, same terminal): the main process acts
+        if os.getpid() != self._owner or self._settled:
+            # a forked child (a data loader worker, same terminal): the main process acts; a
+            # settled stop (saved, the job being ended): nothing left to do
+            return
         handled = time.monotonic()
         self._handled += 1
         came = self._arrivals.times(self.signals)  # may lag: the thread stamps when it runs

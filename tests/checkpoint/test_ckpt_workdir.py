@@ -123,3 +123,23 @@ def test_remove_checkpoint_removes_file_and_manifest(tmp_path):
     remove_checkpoint(path)
     assert list(tmp_path.iterdir()) == []
     remove_checkpoint(path)  # already gone: fine
+
+
+def test_find_resumable_sends_a_path_inside_the_work_dir_relative_to_it(tmp_path, monkeypatch):
+    """Device: CPU, one process standing in for rank 0 and for a rank of another node. Rank 0
+    broadcasts its choice; a node that mounts the shared work dir at another path opens the
+    checkpoint under its own mount (docs/cluster.md), not under rank 0's."""
+    from libai.utils import dist
+
+    shared = tmp_path / "node0-mount"
+    shared.mkdir()
+    path = _save(shared, "iter_4.pth")
+    sent = []
+    monkeypatch.setattr(dist, "broadcast_object", lambda obj: sent.append(obj) or obj)
+    assert find_resumable(shared) == path
+    assert sent == ["iter_4.pth"]  # relative: rank 0's mount point does not travel
+    other = tmp_path / "node1-mount"
+    other.symlink_to(shared)
+    monkeypatch.setattr(dist, "is_main_process", lambda: False)
+    monkeypatch.setattr(dist, "broadcast_object", lambda obj: sent[0])
+    assert find_resumable(other) == other / "iter_4.pth"

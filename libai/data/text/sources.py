@@ -15,8 +15,10 @@ Cache layout (``cache_dir`` defaults to ``$LIBAI_CACHE_DIR``, else ``~/.cache/li
 
 The hash covers the source (file paths, sizes and modification times; the built-in plays'
 content), the tokenizer (training spec, or content), ``append_eod`` and a format version.
-Processes that start together (``torchrun``) agree through the file lock: one builds into a
-temporary folder and renames it into place, the others wait, then all open the same files.
+Processes that start together (``torchrun``, on one node or several sharing the cache) agree
+through the file lock (:mod:`~libai.data.text.cache_lock`): one builds into a temporary folder and
+renames it into place, the others wait, then all open the same files. meta.json's ``built_by``
+says which host, process and ranks built it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from libai.utils.errors import ConfigError, DataError
 from libai.utils.logging import print_log
 from libai.utils.suggest import did_you_mean
 
+from .cache_lock import builder, leftover_folders, locked, temporary_folder
 from .corpus import TextCorpus
 from .indexed import IndexedTokenDataset, index_paths
 from .preprocess import preprocess_corpus, preprocess_documents
@@ -46,11 +48,6 @@ from .reading import check_inputs, read_documents
 from .shakespeare import shakespeare_documents, shakespeare_files
 from .tokenizer import TextTokenizer, _check_kind
 from .tokenizer_training import DEFAULT_SPECIAL_TOKENS, check_special_tokens
-
-try:
-    import fcntl
-except ImportError:  # Windows: no cross-process lock; start one process first to build
-    fcntl = None
 
 __all__ = [
     "BUILTIN_CORPORA",
@@ -296,16 +293,25 @@ def _build_once(folder: Path, name: str, build: Callable[[Path], dict[str, Any]]
             f"Cannot create the corpus cache {folder.parent} ({e.strerror}): set cache_dir= or "
             f"$LIBAI_CACHE_DIR to a writable folder."
         ) from e
-    with _locked(folder.with_name(folder.name + ".lock"), folder):
+    with locked(folder.with_name(folder.name + ".lock"), folder):
         if (folder / _META).is_file():  # built by another process while this one waited
             return
         _clear_leftovers(folder)
         print_log(f"Building the {name} corpus into {folder} (first use)")
-        tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+        tmp = temporary_folder(folder)  # named for its host: several nodes may share the disk
         try:
-            meta = build(tmp)
+            meta = {**build(tmp), "built_by": builder()}
             (tmp / _META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
             os.rename(tmp, folder)  # the folder appears complete, or not at all
+        except OSError as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not (folder / _META).is_file():
+                raise
+            # a lock that reaches only this node: another node renamed its build first
+            print_log(f"{folder} was built by another process meanwhile ({e.strerror}): the "
+                      f"lock did not reach it (a node-local flock?); using that build",
+                      level="WARNING")
+            return
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -316,26 +322,11 @@ def _build_once(folder: Path, name: str, build: Callable[[Path], dict[str, Any]]
     )
 
 
-@contextmanager
-def _locked(lock_path: Path, folder: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``lock_path``: released when the file closes, also by
-    the OS when the process dies."""
-    if fcntl is None:
-        yield
-        return
-    with open(lock_path, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print_log(f"Waiting for another process to build {folder} ...")
-            fcntl.flock(f, fcntl.LOCK_EX)
-        yield
-
-
 def _clear_leftovers(folder: Path) -> None:
-    """Under the lock: remove temporary folders of builds that died (no builder can be alive,
-    it would hold the lock), and move aside a folder without meta.json rather than over it."""
-    for tmp in folder.parent.glob(f"{folder.name}.tmp-*"):
+    """Under the lock: remove temporary folders of builds that died (this host's: another
+    node's may be running where the lock is node-local), and move aside a folder without
+    meta.json rather than over it."""
+    for tmp in leftover_folders(folder):
         shutil.rmtree(tmp, ignore_errors=True)
     if folder.exists():
         aside = folder.with_name(f"{folder.name}.incomplete-{int(time.time())}")

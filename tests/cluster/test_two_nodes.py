@@ -1,0 +1,382 @@
+"""Two nodes on one machine (issue 38 item 1; docs/cluster.md): two ``torchrun`` agents, each
+``--nnodes 2 --nproc_per_node 2`` meeting at a c10d rendezvous on localhost, form one job of 4
+processes, as two machines would. Device: the CPU (gloo); each "node" is an agent with its own
+environment (``LIBAI_CACHE_DIR``, the path it reaches the work dir by).
+
+One test holds the two-node claims, because the bit-identical ones compare with its straight run:
+
+- the straight run (one launch of both agents, GPT-2 as HSDP ``parallel.fsdp=2``: data over the
+  nodes, FSDP within each; then BERT as DDP over 4) equals one process within the parity matrix's
+  tolerance (benchmarks/parity.py: its runs, reader and comparison), BERT's masking included;
+- each node's own corpus cache is built once, by one of its processes;
+- a worker lost mid-run (node 1's local rank 1, SIGKILL): the agents (``--max-restarts``)
+  restart the group, which resumes from the last checkpoint; the nodes share one cache, built
+  once by one of the 4 processes;
+- a node lost mid-run (its agent and both workers killed with SIGKILL) ends the job; both nodes
+  started again with ``--resume`` continue from the last checkpoint. Node 1 names the shared work
+  dir by another path (a symlink).
+
+Both end bit-identical to the straight run (weights, optimizer state, loop).
+
+The fast tests below hold the cache's build-once rule where two nodes share a disk whose lock
+does not reach across nodes (no ``flock``, or a node-local one).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = str(ROOT / "tools" / "train.py")
+STEPS, EVERY = 6, 2  # checkpoints at 2, 4, 6
+CPU = "+device=cpu"  # every run, the references too: the claims are the CPU's (gloo)
+LOSE_AT = 3  # a worker or node is lost after step 3: the resume starts from iter_2
+
+
+def _parity():
+    if "parity" not in sys.modules:  # tests/parallel/test_parity.py may have loaded it
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("parity", ROOT / "benchmarks" / "parity.py")
+        module = sys.modules["parity"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)  # registered first: its dataclasses look it up
+    return sys.modules["parity"]
+
+
+PARITY = _parity()
+PLAN = PARITY.Plan(steps=STEPS, stages=("val",), val_batches=PARITY.SUITE_VAL_BATCHES)
+# GPT-2: fsdp=2 within a node, the data over the 2 nodes (HSDP); BERT: plain DDP over 4
+ROWS = {"gpt2": (("parallel.fsdp=2",), 4), "bert": ((), 4)}
+
+FAULTS = '''
+import os
+import signal
+from pathlib import Path
+
+from libai.hooks import Hook
+
+
+class LoseOnNode1Hook(Hook):
+    """After step `at`, on node 1 (TEST_NODE), once per job (the marker file names the launch it
+    happened in): `what="node"`: its agent (this process's parent) and both its workers die by
+    SIGKILL, as a machine that is lost; `what="worker"`: its local rank 1 dies by SIGKILL."""
+
+    priority = "LOWEST"  # after the checkpoint hook of the same step
+
+    def __init__(self, at, marker, what="node"):
+        self.at, self.marker, self.what, self.agent = at, Path(marker), what, os.getppid()
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+        if os.environ.get("TEST_NODE") != "1" or runner.iter + 1 != self.at:
+            return
+        if self.marker.exists() and self.marker.read_text() != str(self.agent):
+            return  # lost in an earlier launch: not again
+        if self.what == "worker":
+            if os.environ["LOCAL_RANK"] == "1":
+                self.marker.write_text("worker")
+                os.kill(os.getpid(), signal.SIGKILL)
+            return
+        self.marker.write_text(str(self.agent))  # the node's other worker acts on it too
+        if self.agent > 1:
+            try:
+                os.kill(self.agent, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+# ------------------------------------------------------------------------------ two agents
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def two_nodes(run_process, args, envs, restarts=0, timeout=240):
+    """Both agents of a 2-node job on localhost (``args``: a list, or ``args(node)``), each
+    with ``envs[node]`` and ``--max-restarts restarts``; returns their runs, node 0's first."""
+    port, rdzv_id = _port(), f"two-nodes-{os.getpid()}-{time.monotonic_ns()}"
+
+    def agent(node):
+        if node:
+            time.sleep(0.5)  # node 0's agent serves the store: it starts first
+        launcher = ["-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node),
+                    "--nproc_per_node", "2", "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", rdzv_id,
+                    "--max-restarts", str(restarts), "--monitor-interval", "0.1",
+                    # on one machine both agents would take the endpoint for their own (two
+                    # machines tell by the host name) and try to serve the store
+                    "--rdzv-conf", f"is_host={int(node == 0)}"]
+        node_args = args(node) if callable(args) else args
+        return run_process(*launcher, *node_args, env={"TEST_NODE": str(node), **envs[node]},
+                           timeout=timeout)
+
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(agent, (0, 1)))
+
+
+def _env(cache, *paths):
+    pythonpath = os.pathsep.join(str(p) for p in (*paths, ROOT, os.environ.get("PYTHONPATH"))
+                                 if p)
+    # the CPU, whatever the machine has: 4 processes would share its one GPU
+    return {"LIBAI_CACHE_DIR": str(cache), "PYTHONPATH": pythonpath, "CUDA_VISIBLE_DEVICES": ""}
+
+
+def _launcher(run_process, envs, seconds):
+    def launch(nproc, args):  # benchmarks/parity.py's launcher: both agents, 2 processes each
+        assert nproc == 4
+        start = time.perf_counter()
+        runs = two_nodes(run_process, args, envs)
+        seconds["straight"] = time.perf_counter() - start
+        return max(r.returncode for r in runs), "".join(r.output for r in runs)
+
+    return launch
+
+
+def _seed_cache(cache: Path, *kinds: str) -> None:
+    """Copy the suite's built corpora of ``kinds`` into ``cache`` (the others it builds)."""
+    built = Path(os.environ["LIBAI_CACHE_DIR"]) / "text"
+    (cache / "text").mkdir(parents=True)
+    for folder in built.glob("shakespeare-*-8192-*"):
+        if folder.is_dir() and folder.name.split("-")[1] in kinds:
+            shutil.copytree(folder, cache / "text" / folder.name)
+
+
+def _builds(cache: Path) -> list[dict]:
+    """Who built each corpus of ``cache`` (meta.json), and nothing half-built left beside."""
+    text = cache / "text"
+    leftovers = [p.name for p in text.iterdir() if ".tmp-" in p.name or ".incomplete-" in p.name]
+    assert not leftovers, leftovers
+    return [json.loads((f / "meta.json").read_text()) for f in sorted(text.iterdir()) if f.is_dir()]
+
+
+def _full_state(path: Path) -> dict:
+    """Everything a checkpoint holds that the run computed: the whole sharded state (DCP) or
+    the file's model and optimizer."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from libai.checkpoint import load_checkpoint
+    from libai.checkpoint.sharded import check_sharded
+
+    ckpt = load_checkpoint(path)
+    if "sharded" not in ckpt:
+        return {"model": ckpt["state_dict"], "optim": ckpt["optimizer"], "loop": ckpt["loop"]}
+    full = path.parent / f".{path.name}.full.pt"
+    dcp_to_torch_save(str(check_sharded(path, ckpt["sharded"])), str(full))
+    state = torch.load(full, weights_only=False)
+    full.unlink()
+    return {**state, "loop": ckpt["loop"]}
+
+
+def _assert_equal(a, b, where=""):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), (where, set(a) ^ set(b))
+        for k in a:
+            _assert_equal(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_equal(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, (where, a, b)
+
+
+def _gpt2_argv(config: Path, work, one_process: bool = False) -> list[str]:
+    """GPT-2's arguments in benchmarks/parity.py's shape (checkpoints every 2), from ``config``."""
+    options, shares = ((), 1) if one_process else ROWS["gpt2"]
+    argv = PARITY.train_argv("gpt2", Path(work), PLAN, options, (), shares, full=False)
+    return [str(config), *argv[1:], f"default_hooks.checkpoint.interval={EVERY}", CPU]
+
+
+# ------------------------------------------------------------------------------ the test
+def test_two_nodes_equal_one_process_and_resume_after_a_lost_worker_or_node(
+        tmp_path, run_process, run_tool):
+    seconds: dict[str, float] = {}
+    plain = tmp_path / "gpt2_two_nodes.py"
+    plain.write_text(f"_base_ = [{str(ROOT / 'configs' / 'gpt2_tiny.py')!r}]\n")
+
+    # one process: the references (in this process, tools/train.py's main)
+    start = time.perf_counter()
+    refs = {}
+    for model in ROWS:
+        work = tmp_path / f"{model}-one"
+        argv = [*PARITY.train_argv(model, work, PLAN, (), (), 1, full=False), CPU]
+        if model == "gpt2":
+            argv = _gpt2_argv(plain, work, one_process=True)
+        run = run_tool("tools/train.py", *argv).check()
+        refs[model] = PARITY.read_run(work, run.output, PLAN)
+    seconds["one process"] = time.perf_counter() - start
+
+    # the straight two-node run: GPT-2 then BERT in one launch (benchmarks/parity.py's driver),
+    # each node with a cache of its own that holds BERT's corpus and builds GPT-2's
+    caches = [tmp_path / "node0-cache", tmp_path / "node1-cache"]
+    for cache in caches:
+        _seed_cache(cache, "wordpiece")
+    envs = [_env(c) for c in caches]
+    rows = {"gpt2": _gpt2_argv(plain, tmp_path / "gpt2-two"),
+            "bert": [*PARITY.train_argv("bert", tmp_path / "bert-two", PLAN, *ROWS["bert"][:1],
+                                        (), ROWS["bert"][1], full=False), CPU]}
+    done = PARITY.run_rows("two-nodes", 4, rows, tmp_path,
+                           _launcher(run_process, envs, seconds))
+    figures = {}
+    for model, (status, output, _) in done.items():
+        assert status == 0, output[-5000:]
+        assert "world size   4" in output, output[-3000:]
+        run = PARITY.read_run(tmp_path / f"{model}-two", output, PLAN)
+        result = PARITY.compare(run, refs[model], PARITY.expected_samples(model, PLAN, False))
+        figures[model] = {k: result[k] for k in ("loss", "weights", "metrics")}
+        lay = PARITY.LAYOUTS["hsdp" if model == "gpt2" else "ddp"]
+        assert PARITY.passes(result, lay), (model, result)
+    assert "Parallel: hsdp over 4 process(es) (pipeline=1, data=2, fsdp=2, tensor=1)" \
+        in done["gpt2"][1]
+    # each node's cache: GPT-2's corpus built once there, by one of that node's processes
+    # (torchrun's GROUP_RANK: the rendezvous numbers the nodes, not --node_rank)
+    built = [[b for b in _builds(cache) if b["tokenizer"]["kind"] == "bpe"] for cache in caches]
+    assert [len(b) for b in built] == [1, 1], built
+    assert {b[0]["built_by"]["node"] for b in built} == {"0", "1"}, built
+    straight = _full_state(tmp_path / "gpt2-two" / f"iter_{STEPS}.pth")
+
+    # a worker lost after step 3 (node 1's local rank 1, SIGKILL): the agents (--max-restarts)
+    # restart the group, which resumes from iter_2. The nodes share a cache that nobody built
+    # yet: 4 processes, one build
+    (tmp_path / "two_node_faults.py").write_text(FAULTS)
+    shared = tmp_path / "shared-cache"
+    env = _env(shared, tmp_path)
+
+    def faulty(name, what):
+        hook = dict(type="two_node_faults.LoseOnNode1Hook", at=LOSE_AT, what=what,
+                    marker=str(tmp_path / f"{name}.lost"))
+        config = tmp_path / f"gpt2_{name}.py"
+        config.write_text(f"_base_ = [{str(plain)!r}]\ncustom_hooks = [{hook!r}]\n")
+        return config
+
+    work = tmp_path / "elastic"
+    config = faulty("elastic", "worker")
+    start = time.perf_counter()
+    # restarts to spare: a round whose gloo connection fails restarts too (torch's agents)
+    runs = two_nodes(run_process, [TRAIN, *_gpt2_argv(config, work), "--resume"], [env, env],
+                     restarts=3)
+    seconds["worker lost, the agents restart the group"] = time.perf_counter() - start
+    log = "".join(r.output for r in runs)
+    assert [r.returncode for r in runs] == [0, 0], log[-6000:]
+    assert "failed (exitcode: -9) local_rank: 1" in log, log[-6000:]
+    assert f"Resumed from {work / 'iter_2.pth'}" in log, log[-4000:]
+    built = _builds(shared)
+    assert len(built) == 1 and "meanwhile" not in log, built  # one build, none beside it
+    _assert_equal(_full_state(work / f"iter_{STEPS}.pth"), straight)
+
+    # node 1 lost after step 3 (its agent and workers killed): the job ends; both nodes
+    # started again with --resume continue from iter_2. Node 1 names the shared work dir by
+    # another path (a symlink)
+    work = tmp_path / "lost"
+    config = faulty("lost", "node")
+    (tmp_path / "node1-view").symlink_to(tmp_path)
+    views = [work, tmp_path / "node1-view" / "lost"]
+
+    def argv(node):
+        return [TRAIN, *_gpt2_argv(config, views[node]), "--resume"]
+
+    start = time.perf_counter()
+    lost = two_nodes(run_process, argv, [env, env])
+    seconds["node lost, the job ends"] = time.perf_counter() - start
+    log = "".join(r.output for r in lost)
+    assert lost[0].returncode != 0 and lost[1].returncode == -signal.SIGKILL, log[-6000:]
+    assert not (work / "iter_4.pth").exists() and (work / "iter_2.pth").exists()
+    start = time.perf_counter()
+    again = two_nodes(run_process, argv, [env, env])
+    seconds["both nodes started again"] = time.perf_counter() - start
+    log = "".join(r.output for r in again)
+    assert [r.returncode for r in again] == [0, 0], log[-6000:]
+    assert f"Resumed from {work / 'iter_2.pth'}" in log, log[-4000:]
+    assert "Building the" not in log and _builds(shared) == built
+    _assert_equal(_full_state(work / f"iter_{STEPS}.pth"), straight)
+    print(f"two nodes vs one process: {figures}; seconds: "
+          f"{ {k: round(v, 1) for k, v in seconds.items()} }")
+
+
+# ------------------------------------------------------------------------------ the cache
+def _tiny_corpus(tmp_path: Path) -> Path:
+    text = tmp_path / "tiny.txt"
+    text.write_text("".join(f"line {i} of a small corpus with a few words in it\n\n"
+                            for i in range(40)))
+    return text
+
+
+def test_a_shared_cache_without_flock_is_built_once_under_a_lock_file(tmp_path, monkeypatch):
+    """A shared disk that refuses flock (Lustre mounted without it, some NFS): the build takes a
+    lock file instead of failing with OSError, and a second process finds the corpus built."""
+    import fcntl
+
+    from libai.data.text import load_corpus
+
+    def no_flock(f, op):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    text = _tiny_corpus(tmp_path)
+    spec = dict(type="wordpiece", vocab_size=120)
+    first = load_corpus(text, tokenizer=spec, cache_dir=tmp_path / "cache")
+    again = load_corpus(text, tokenizer=spec, cache_dir=tmp_path / "cache")
+    assert first.name == again.name and len(first.tokens) == len(again.tokens)
+    assert [p.name for p in (tmp_path / "cache" / "text").iterdir() if p.is_dir()] == [first.name]
+
+
+def test_a_build_that_lost_the_race_on_a_node_local_lock_keeps_the_winners(tmp_path, monkeypatch,
+                                                                             libai_log):
+    """Two nodes whose flock is node-local (each holds "the" lock): the other node renamed its
+    build into place first. This one keeps the winner's folder, removes its own, and never
+    removes a temporary folder of another node's build that is still running."""
+    from libai.data.text import load_corpus, sources
+
+    text = _tiny_corpus(tmp_path)
+    spec = dict(type="wordpiece", vocab_size=120)
+    cache = tmp_path / "cache"
+    winner = load_corpus(text, tokenizer=spec, cache_dir=cache)
+    folder = cache / "text" / winner.name
+    meta = (folder / "meta.json").read_text()
+    running = folder.with_name(f"{folder.name}.tmp-othernode-{os.getpid()}")
+    running.mkdir()  # another node's build in progress, with this process's pid by chance
+    build = sources._build
+
+    def slow_build(src, tmp, *args):  # the other node finishes first, while this one builds
+        out = build(src, tmp, *args)
+        shutil.copytree(tmp, folder)
+        (folder / "meta.json").write_text(meta)
+        return out
+
+    shutil.rmtree(folder)
+    monkeypatch.setattr(sources, "_build", slow_build)
+    corpus = load_corpus(text, tokenizer=spec, cache_dir=cache)
+    assert any("built by another process meanwhile" in m for m in libai_log), libai_log
+    assert corpus.name == winner.name and (folder / "meta.json").read_text() == meta
+    assert running.is_dir()  # not this node's: left alone
+    assert sorted(p.name for p in (cache / "text").iterdir() if p.is_dir()) == sorted(
+        [folder.name, running.name])
+
+
+def test_the_builder_is_recorded(tmp_path, monkeypatch):
+    """meta.json says which host, process, node and ranks built a corpus (docs/cluster.md)."""
+    from libai.data.text import load_corpus
+
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("GROUP_RANK", "1")
+    corpus = load_corpus(_tiny_corpus(tmp_path), tokenizer=dict(type="wordpiece", vocab_size=120),
+                         cache_dir=tmp_path / "cache")
+    meta = json.loads((tmp_path / "cache" / "text" / corpus.name / "meta.json").read_text())
+    assert meta["built_by"] == {"host": socket.gethostname(), "pid": os.getpid(), "rank": "3",
+                                "local_rank": "1", "node": "1"}

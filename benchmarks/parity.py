@@ -118,6 +118,10 @@ LAYOUTS = {
     "fsdp+ac": Layout(2, ("parallel.fsdp=2", "activation_checkpointing=blocks"), data_shares=2),
     "ddp+acc2": Layout(2, ("+optim_wrapper.accumulative_counts=2",), data_shares=2,
                        reference="acc2", suite=_BERT),
+    # FSDP2 gathers once per window: no reduce-scatter, no reshard between micro-batches
+    "fsdp+acc2": Layout(2, ("parallel.fsdp=2", "+optim_wrapper.accumulative_counts=2"),
+                        data_shares=2, reference="acc2", note="gathered once per step",
+                        suite=_BERT),
     "fsdp+graph": Layout(2, ("parallel.fsdp=2", _AOT), ("--graph",), data_shares=2,
                          note="compiled per block, aot_eager backend", suite=_GPT),
     "tp+graph": Layout(2, ("parallel.tensor=2", _AOT), ("--graph",),

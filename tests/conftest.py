@@ -1,6 +1,7 @@
 """Suite-wide settings: the two tiers, how tests start processes, one thread, the text cache,
 and how xdist spreads the tests (tests/README.md says why each is so)."""
 
+import functools
 import hashlib
 import importlib.util
 import logging
@@ -25,6 +26,10 @@ torch.set_num_threads(1)
 # cuBLAS reads its workspace setting at a process's first call, and the in-process runs share
 # one: set here, the deterministic runs of the resume proofs get it wherever they run on CUDA
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+# A suite run inside a Slurm job: a test that stops a run with SIGUSR1 must not requeue that job
+# (libai/runner/slurm.py), nor a run read the job's tasks as its ranks
+for _name in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID"):
+    os.environ.pop(_name, None)
 # platform.platform() runs `uname -p` once and caches it; the runner's environment line asks for
 # it, so it is asked here, before the fast-tier guard refuses processes
 platform.platform()
@@ -170,6 +175,7 @@ def _fast_tier_guard(request, monkeypatch):
                         lambda path, args, fds: no_process(None, args))
     compile_ = torch.compile
 
+    @functools.wraps(compile_)  # its signature stays torch.compile's (graph mode reads its keys)
     def no_inductor(*args, backend="inductor", **kwargs):
         if backend == "inductor":
             pytest.fail(f"{name} compiles with inductor but is not slow: use backend="

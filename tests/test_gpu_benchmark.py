@@ -33,7 +33,11 @@ def test_cpu_command_prints_the_plan_and_writes_it(gpu, run_tool, tmp_path):
     assert "python tools/train.py configs/bert_tiny.py" in proc.stdout
     assert "python tools/train.py configs/bert_large.py" in proc.stdout
     assert "--graph" in proc.stdout
-    assert "python benchmarks/gpu.py fsdp1 configs/bert_large.py" in proc.stdout
+    # FSDP2 on one GPU through the public config, no private entry point (issue 37)
+    assert "+parallel.fsdp=1 +parallel.one_process_fsdp=True" in proc.stdout
+    assert "+parallel.fsdp=1 +parallel.cpu_offload=True" in proc.stdout
+    assert "fsdp1" not in proc.stdout and "gpu_probes.py matmul --n 8192" in proc.stdout
+    assert "gpu_probes.py transformers --micro 32 --accum 8 --seq 512" in proc.stdout
     report = json.loads(out.read_text())
     assert report["measured"] is False and "passes" not in report
     assert [p["name"] for p in report["plan"]] == list(gpu.PASSES)
@@ -72,13 +76,25 @@ def test_every_run_is_a_valid_config(gpu, flags):
     assert [p.name for p in plan.passes] == list(gpu.PASSES)
     assert {r for p in plan.passes for r in p.runs} == set(plan.runs)
     for run in plan.runs.values():
+        if run.entry in ("matmul", "transformers"):  # probes: no config
+            continue
         cfg = Config.fromfile(str(ROOT / run.config))
         cfg.merge_from_options(list(run.options))  # a mistyped key fails here
     runs = plan.runs
     assert runs["large_graph"].graph and "--graph" in runs["large_graph"].argv("W")
     assert runs["small_graph_fp32"].graph and not runs["small_fp32"].graph
-    assert runs["large_fsdp"].entry == runs["large_fsdp_offload"].entry == "fsdp1"
+    # the public config path (tools/train.py), no private entry point
+    assert runs["large_fsdp"].entry == runs["large_fsdp_offload"].entry == "train"
+    assert "+parallel.one_process_fsdp=True" in runs["large_fsdp"].options
     assert "+parallel.cpu_offload=True" in runs["large_fsdp_offload"].options
+    for m in (8, 16, 32, 64):  # the micro-batch sweep keeps the global batch
+        suffix = "" if m == 8 else f"_{m}"
+        options = runs[f"large_eager{suffix}"].options
+        micro = int(next(o for o in options if o.startswith("train_dataloader.batch_size="))
+                    .split("=")[1])
+        accum = int(next(o for o in options if o.startswith("optim_wrapper.accumulative_counts"))
+                    .split("=")[1])
+        assert micro * accum == (256 if not args.tiny else max(4, micro)), m
     assert "+optim_wrapper.dtype=bfloat16" in runs["small_bf16"].options
     assert not any("dtype" in o for o in runs["small_fp32"].options)
 
@@ -171,23 +187,56 @@ def test_sdpa_kernel_names(gpu):
     assert gpu.sdpa_kernel([]) == "none found"
 
 
+def test_no_private_import_and_no_runner_subclass():
+    text = BENCH.read_text() + (ROOT / "benchmarks" / "gpu_probes.py").read_text()
+    assert "_fully_shard" not in text and "(Runner)" not in text
+    assert "from libai.parallel.apply" not in text
+
+
+def test_markdown_table_of_a_report(gpu):
+    report = dict(device="NVIDIA H200", torch="2.11.0", date="2026-11-29", commit="abc1234",
+                  settings=dict(tiny=False), peak_tflops=989.0, passes=[
+                      dict(name="matmul", kind="probe", what="bf16 8192^3", tflops=805.0),
+                      dict(name="bert-large", kind="figure", what="eager", micro=8, status="ok",
+                           tokens_per_s=72134.0, tflops=146.0, mfu=146 / 989,
+                           of_matmul=146 / 805, peak_memory_mib=10.1 * 1024),
+                      dict(name="transformers", kind="peer", what="HF", micro=8, status="ok",
+                           tokens_per_s=56534.0, tflops=None, mfu=None, of_matmul=None,
+                           peak_memory_mib=11.4 * 1024),
+                      dict(name="bert-large-64", kind="figure", what="eager 64", micro=64,
+                           status="skipped", error="large_eager_64: the --budget of 480 s was "
+                           "spent")])
+    table = gpu.markdown_table(report)
+    assert "on NVIDIA H200, torch 2.11.0, 2026-11-29, commit abc1234" in table
+    assert "| matmul | bf16 8192^3 | | 805 | 81% | 100% |" in table
+    assert "| bert-large | eager | 72,134 | 146 | 14.8% | 18.1% | 10.1 | 1.28 | ok |" in table
+    assert "| bert-large-64 | eager 64 | - |" in table and "skipped: large_eager_64: the" in table
+
+
 def test_tiny_smoke_run_on_cpu(run_tool, run_process, tmp_path):
-    """The measured path on tiny shapes: a tools/train.py run and the one-process FSDP2 entry
-    (processes the benchmark starts: run_process marks the test slow), read through their
-    scalars.jsonl and compared step by step (about a minute on 2 cores)."""
+    """The measured path on tiny shapes: tools/train.py runs (eager, FSDP2 on a one-process mesh
+    through the public config), the matmul probe and the transformers peer (processes the
+    benchmark starts: run_process marks the test slow), read through their scalars.jsonl and
+    compared step by step."""
+    pytest.importorskip("transformers")
     out = tmp_path / "tiny.json"
-    proc = run_tool(BENCH, "--tiny", "--device", "cpu", "--only", "bert-large",
-                    "bert-large-fsdp", "--out", out, "--keep", tmp_path / "work")
+    proc = run_tool(BENCH, "--tiny", "--device", "cpu", "--only", "matmul", "bert-large",
+                    "transformers", "bert-large-fsdp", "--out", out, "--keep", tmp_path / "work")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["measured"] is True
-    eager, fsdp = report["passes"]
+    matmul, eager, peer, fsdp = report["passes"]
+    assert matmul["status"] == "ok" and matmul["tflops"] > 0
     for fig in (eager, fsdp):
         assert fig["status"] == "ok" and fig["tokens_per_s"] > 0 and fig["tflops"] > 0
         assert fig["tflops_source"] == "ThroughputHook" and fig["steady_intervals"] == 1
         assert fig["meets_target"] is None  # tiny shapes have no target
+        assert fig["of_matmul"] == pytest.approx(fig["tflops"] / matmul["tflops"])
+    assert peer["status"] == "ok" and peer["tokens_per_s"] > 0 and peer["probe"]["loss"] > 0
     # the same model, data and dropout draws: FSDP2's bf16 parameters round differently
     vs = fsdp["loss_vs_eager"]
     assert vs["ok"] and vs["steps"] == 2 and vs["worst_rel_diff"] <= vs["rtol"]
     log = Path(report["runs"]["large_fsdp"]["output"]).read_text()
-    assert "FSDP2 on a 1-process mesh" in log and "sharded: True" in log
+    assert "FSDP2" in log and "one_process_fsdp" in report["runs"]["large_fsdp"]["command"]
+    table = Path(out.with_suffix(".md")).read_text()
+    assert "| bert-large | BERT-large eager" in table and "| transformers |" in table

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from libai.config import Config
+from libai.runner.batch_fit import loader_cfg, resolve
 from libai.runner.build import build_loader
 from libai.runner.env import seed_everything
 from libai.runner.imports import import_custom_modules
@@ -107,5 +108,7 @@ def sample_split(cfg: Any, split: str = "train", n: int = 16, set_name: str | No
         seed = (cfg.get("randomness") or {}).get("seed")
         seed = 0 if seed is None else int(seed)
     seed_everything(dict(seed=seed))  # the global RNGs that random transforms draw from
+    if isinstance(section, Mapping) and section.get("batch_size") == "auto":  # micro_batch=...
+        section = loader_cfg(section, resolve(cfg, "cpu", 1))  # its CPU micro-batch
     loader = build_loader(section, key, seed, DataParallel(), diff_rank_seed=False)
     return loader.dataset, sample_items(loader, n), key

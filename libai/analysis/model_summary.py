@@ -108,7 +108,7 @@ def model_summary(cfg: Config, depth: int = 1, flops: bool = True,
         raise ConfigError(f"--depth must be >= 1, got {depth}.")
 
     from libai.model.summary import summarize_model
-    from libai.runner import build, env, imports
+    from libai.runner import batch_fit, build, env, imports
     from libai.runner.data_check import check_data_files, model_with_classes
 
     build.validate_top_level(cfg)
@@ -124,8 +124,9 @@ def model_summary(cfg: Config, depth: int = 1, flops: bool = True,
         if cfg.get("train_dataloader") is None:
             raise ConfigError("The config has no train_dataloader to take a batch from; "
                               "use --no-flops for the parameter table alone.")
-        loader = build.build_loader(cfg.train_dataloader, "train_dataloader", seed, DataParallel(),
-                                    False)
+        section = batch_fit.loader_cfg(cfg.train_dataloader,  # batch_size='auto' resolved
+                                       batch_fit.resolve(cfg, device, 1))
+        loader = build.build_loader(section, "train_dataloader", seed, DataParallel(), False)
         build.check_model_fits_data(model, loader, "train_dataloader")
         batch = next(iter(loader))
         counted = count_step_flops(model, batch, device, depth)

@@ -316,7 +316,8 @@ class Checkpointer:
         meta = ckpt.get("meta", {})
         check_resume_config(meta.get("config_json"), meta.get("world_size"), self.cfg,
                             self.world_size, self.logger, saved_shares=meta.get("data_shares"),
-                            shares=self.meta.get("data_shares"))
+                            shares=self.meta.get("data_shares"), saved_fit=meta.get("batch_fit"),
+                            fit=self.meta.get("batch_fit"))
         self._load_model(path, ckpt)
         for name, part in self.parts.items():
             if name in ckpt:  # a part the file predates starts as built

@@ -59,7 +59,8 @@ def _under(path: str, prefixes: tuple[str, ...] | list[str]) -> bool:
 
 def check_resume_config(saved_json: str | None, saved_world_size: int | None, cfg: Any,
                         world_size: int, logger: Any, saved_shares: int | None = None,
-                        shares: int | None = None) -> None:
+                        shares: int | None = None, saved_fit: list | None = None,
+                        fit: list | None = None) -> None:
     """Log the differences; raise ConfigError for guarded changes the config did not allow.
 
     Args:
@@ -72,6 +73,10 @@ def check_resume_config(saved_json: str | None, saved_world_size: int | None, cf
         shares: The current number of data shares. When both are known and equal, a change of
             the world size alone (a pipeline or tensor-parallel size) changes no batch: it is
             not guarded.
+        saved_fit, fit: ``[micro-batch, accumulation]`` that ``micro_batch``/``'auto'`` chose
+            (libai/runner/batch_fit.py), in the checkpoint and now: compared as
+            ``train_dataloader.batch_size.chosen`` and ``optim_wrapper.accumulative_counts.chosen``
+            (the config says ``'auto'`` both times, the GPU may differ).
     """
     if saved_json is None:
         logger.warning("The checkpoint holds no config to compare with; resuming as configured.")
@@ -81,6 +86,9 @@ def check_resume_config(saved_json: str | None, saved_world_size: int | None, cf
     _flatten(json.loads(saved_json), "", old)
     _flatten(json.loads(config_json(cfg)), "", new)
     old["world_size"], new["world_size"] = saved_world_size, world_size
+    for i, key in enumerate(("train_dataloader.batch_size", "optim_wrapper.accumulative_counts")):
+        if saved_fit and fit and old.get(key) == new.get(key) == "auto":
+            old[f"{key}.chosen"], new[f"{key}.chosen"] = saved_fit[i], fit[i]
     changes = [
         (path, old.get(path, "<absent>"), new.get(path, "<absent>"))
         for path in sorted(set(old) | set(new))

@@ -7,12 +7,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch import nn
 
 from libai.registry import HOOKS
 from libai.utils import dist
 from libai.utils.errors import ConfigError, TrainingError
 from libai.utils.suggest import did_you_mean
 
+from ._interval_sums import iterations_to_log
 from .hook import Hook, RunnerView
 
 __all__ = ["NonFiniteLossHook"]
@@ -59,6 +61,31 @@ def _first_non_finite(rows: list[Any]) -> int | None:
     return cpu_bad
 
 
+def _skips_on_device(optimizer: Any) -> bool:
+    """Whether ``optimizer`` takes a step's verdict as a device tensor (``found_inf``, as a
+    GradScaler hands it) and skips the update itself: torch's fused Adam, AdamW and SGD, over
+    plain parameters (a sharded DTensor's gradient norms are per-process shards: their verdict
+    is read as before)."""
+    return (isinstance(optimizer, torch.optim.Optimizer)
+            and getattr(optimizer, "_step_supports_amp_scaling", False)
+            and all(g.get("fused") for g in optimizer.param_groups)
+            and all(type(p) in (torch.Tensor, nn.Parameter)
+                    for g in optimizer.param_groups for p in g["params"]))
+
+
+def _read(pending: list[tuple[int, Any, Any]]) -> list[list[bool]]:
+    """The per-parameter finite flags of each pending verdict, read in one transfer."""
+    if not pending:
+        return []
+    device = pending[0][1][0].device
+    read = torch.cat([finite.to(device) for _, (finite, _), _ in pending]).tolist()
+    out, at = [], 0
+    for _, (finite, _), _ in pending:
+        out.append(read[at:at + finite.numel()])
+        at += finite.numel()
+    return out
+
+
 def _fmt(outputs: Mapping[str, Any]) -> str:
     parts = []
     for k, v in outputs.items():
@@ -92,7 +119,12 @@ class NonFiniteLossHook(Hook):
     ``check_interval - 1`` iterations before it stops, but no validation and no checkpoint sees
     their weights. Under DDP the ranks decide together (one small collective per check), so that
     all stop. 'skip' must act before the step, so it checks gradients every ``check_interval``
-    iterations (one fused norm) and protects only those steps.
+    iterations (one fused norm) and protects only those steps. With a fused optimizer
+    (``fused=True``: Adam, AdamW, SGD; the default on CUDA, see :mod:`libai.optim.fused`) 'skip'
+    reads nothing per step: the verdict stays on the device and the fused kernel skips the
+    update itself (as it does for a GradScaler), so every step is protected; the warning, the
+    counters, ``max_skips`` and leaving the step out of the averages come when the logger's line
+    is due (and before validation, each save and at the end): up to one log interval late.
 
     Args:
         policy: ``'raise'``, ``'skip'`` or ``'warn'``. Defaults to 'raise'.
@@ -126,10 +158,13 @@ class NonFiniteLossHook(Hook):
         self._pending: list[Any] = []  # logged values of the iterations not checked yet
         self._pending_from = 0  # the 0-based iteration of _pending[0]
         self._batch_len = check_interval  # checked when _pending is this long
-        if policy == "skip":  # gradients are checked before each step instead
-            for stage in ("before_val", "before_save_checkpoint", "after_train"):
-                self.disable_stage(stage)
-        else:  # gradients are only inspected to skip steps
+        self._optimizer: Any = None  # 'skip' on a fused optimizer: handed the verdict per step
+        self._verdict: Any = None  # this step's (per-parameter finite flags, parameter names)
+        self._verdicts: list[tuple[int, Any, Any]] = []  # (iter, verdict, outputs) unread
+        self._rows = 0  # iterations since the last log line (to find the next one)
+        self._due_in = 1
+        self._log_rule: tuple[int, int, bool, int | None] | None = None
+        if policy != "skip":  # gradients are only inspected to skip steps
             self.disable_stage("after_backward")
             self.disable_stage("before_train")
 
@@ -141,6 +176,9 @@ class NonFiniteLossHook(Hook):
         self, runner: RunnerView, batch_idx: int, data_batch: Any = None, outputs: Any = None
     ) -> None:
         if self.policy == "skip":
+            if self._optimizer is not None:
+                self._after_device_step(runner, batch_idx, outputs)
+                return
             if self._skipped_now and isinstance(outputs, dict):
                 # this hook runs first: later hooks (the logger) then leave the skipped
                 # step's NaN values out of their averages
@@ -156,14 +194,20 @@ class NonFiniteLossHook(Hook):
             self._check(runner)
 
     def before_val(self, runner: RunnerView) -> None:
-        self._check(runner)
+        if self.policy == "skip":
+            self._settle(runner)
+        else:
+            self._check(runner)
 
     def after_train(self, runner: RunnerView) -> None:
-        self._check(runner)
+        self.before_val(runner)
 
     def before_save_checkpoint(self, runner: RunnerView, checkpoint: Any = None) -> None:
         # rank 0 only, so no collective here; the runner passes a failure on to every rank
-        self._check(runner, collective=False)
+        if self.policy == "skip":
+            self._settle(runner)
+        else:
+            self._check(runner, collective=False)
 
     def _check(self, runner: RunnerView, collective: bool = True) -> None:
         rows = self._pending
@@ -203,6 +247,18 @@ class NonFiniteLossHook(Hook):
                 "NonFiniteLossHook(policy='skip'): float16 AMP is on; its GradScaler skips "
                 "steps with non-finite gradients, so this hook leaves them to it."
             )
+        optimizer = getattr(runner.optim_wrapper, "optimizer", None)
+        self._optimizer = optimizer if not self._defer_to_scaler and _skips_on_device(
+            optimizer) else None
+        if self._optimizer is None:  # the verdict is read before each checked step instead
+            for stage in ("before_val", "before_save_checkpoint", "after_train"):
+                self.disable_stage(stage)
+            return
+        writer = runner.writer  # its lines are where the skipped steps are left out
+        self._log_rule = None if writer is None else (
+            writer.interval, runner.limit_iters(runner.max_iters), runner.max_epochs is not None,
+            runner.train_loop.iters_per_epoch)
+        self._rows = 0
 
     def after_backward(self, runner: RunnerView) -> None:
         if self.policy != "skip" or self._defer_to_scaler or not self._due(runner):
@@ -215,6 +271,10 @@ class NonFiniteLossHook(Hook):
             return
         norms = torch._foreach_norm([g for _, g in with_grad])
         finite = torch.stack(norms).isfinite()
+        if self._optimizer is not None:  # no read: the fused kernel skips on the flag itself
+            self._optimizer.found_inf = (~finite.all()).float()
+            self._verdict = (finite, [n for n, _ in with_grad])
+            return
         if bool(finite.all()):
             self.skipped_in_row = 0
             return
@@ -237,8 +297,54 @@ class NonFiniteLossHook(Hook):
             f"step ({self.skipped_in_row} in a row, {self.skipped_total} in total)."
         )
 
+    # ------------------------------------------------- skip on a fused optimizer: batched
+    def _after_device_step(self, runner: RunnerView, batch_idx: int, outputs: Any) -> None:
+        if self._verdict is not None:  # this iteration stepped: its verdict is spent
+            self._optimizer.__dict__.pop("found_inf", None)
+            self._verdicts.append((runner.iter, self._verdict, outputs))
+            self._verdict = None
+        if not self._rows:
+            rule = self._log_rule
+            self._due_in = 50 - runner.iter % 50 if rule is None else iterations_to_log(
+                runner.iter, batch_idx, *rule)
+        self._rows += 1
+        if self._rows >= self._due_in:  # the logger reads its rows next: settle them first
+            self._rows = 0
+            self._settle(runner)
+
+    def _settle(self, runner: RunnerView) -> None:
+        """Read the pending verdicts (one device read) and do what 'skip' does per skipped step:
+        leave its values out of the averages, count it, warn, give up past ``max_skips``."""
+        pending, self._verdicts = self._verdicts, []
+        for (it, (_, names), outputs), ok in zip(pending, _read(pending)):
+            if all(ok):
+                self.skipped_in_row = 0
+                continue
+            if isinstance(outputs, dict):
+                outputs.clear()  # the logger (later in this stage) averages without them
+            self._count_skip(runner, it, [n for n, good in zip(names, ok) if not good])
+
+    def _count_skip(self, runner: RunnerView, it: int, bad: list[str]) -> None:
+        self.skipped_in_row += 1
+        self.skipped_total += 1
+        where = f"iteration {it + 1}"
+        if self.skipped_in_row > self.max_skips:
+            raise TrainingError(
+                f"Non-finite gradients at {where}: {self.skipped_in_row} optimizer steps in a "
+                f"row were skipped (max_skips={self.max_skips}); e.g. in {', '.join(bad[:3])}. "
+                f"{_FIXES}; or raise max_skips."
+            )
+        runner.logger.warning(
+            f"Non-finite gradients at {where} in {len(bad)} parameter(s) "
+            f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}): skipped this optimizer "
+            f"step ({self.skipped_in_row} in a row, {self.skipped_total} in total)."
+        )
+
     def state_dict(self) -> dict:
-        return {"skipped_total": self.skipped_total, "skipped_in_row": self.skipped_in_row}
+        total, in_row = self.skipped_total, self.skipped_in_row
+        for ok in _read(self._verdicts):  # a save: the steps not settled yet count too
+            total, in_row = (total, 0) if all(ok) else (total + 1, in_row + 1)
+        return {"skipped_total": total, "skipped_in_row": in_row}
 
     def load_state_dict(self, state: dict) -> None:
         self.skipped_total = int(state.get("skipped_total", 0))

@@ -9,7 +9,7 @@ from torch import nn
 from libai.utils.errors import ConfigError
 from libai.utils.suggest import did_you_mean
 
-__all__ = ["class_names", "find_blocks"]
+__all__ = ["class_names", "find_blocks", "outermost"]
 
 
 def find_blocks(model: nn.Module, names: tuple[str, ...] | list[str] | None,
@@ -38,3 +38,10 @@ def find_blocks(model: nn.Module, names: tuple[str, ...] | list[str] | None,
 def class_names(module: nn.Module) -> set[str]:
     """The names of ``module``'s class and its base classes."""
     return {c.__name__ for c in type(module).__mro__}
+
+
+def outermost(blocks: list[nn.Module]) -> list[nn.Module]:
+    """``blocks`` without those inside another of them (graph mode compiles an inner block as
+    part of its outer one)."""
+    inner = {id(m) for block in blocks for m in block.modules() if m is not block}
+    return [block for block in blocks if id(block) not in inner]

@@ -11,6 +11,7 @@ model's type or attributes to find out (tests/test_execution_record.py holds tha
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,11 @@ class Execution:
         stages: ``(the stages this process holds, of how many)`` under a pipeline, else None.
         flops_uncountable: Why ``FlopCounterMode`` cannot count a training step, or None when
             it can.
+        accumulate: ``accumulate(last)``: the context of a micro-batch's forward inside a
+            gradient accumulation window, ``last`` when it ends the window (DDP's ``no_sync``
+            before the last; FSDP2's gathered-once window: libai.parallel.accumulate), or None.
+        flush_grads: Brings the gradients summed so far in a window into the parameters'
+            ``.grad`` (before a checkpoint inside the window), or None when they are there.
     """
 
     model: nn.Module
@@ -65,6 +71,8 @@ class Execution:
     elsewhere: tuple[str, ...] = ()
     stages: tuple[tuple[int, ...], int] | None = None
     flops_uncountable: str | None = None
+    accumulate: Callable[[bool], AbstractContextManager] | None = None
+    flush_grads: Callable[[], None] | None = None
 
     @classmethod
     def eager(cls, model: nn.Module) -> Execution:

@@ -67,16 +67,23 @@ class DataPreprocessor(nn.Module):
     """Moves a batch to the model's device. Subclass it to normalise or augment on the device.
 
     Args:
-        non_blocking: Use asynchronous copies (with pinned memory). Defaults to False.
+        non_blocking: Use asynchronous copies. Defaults to None: asynchronous to an accelerator
+            (a blocking host-to-device copy waits for the device: a sync per step), as
+            ``to_device``'s callers in the train step do; pinned memory
+            (``train_dataloader.pin_memory=True``) makes the copy itself overlap.
     """
 
-    def __init__(self, non_blocking: bool = False) -> None:
+    def __init__(self, non_blocking: bool | None = None) -> None:
         super().__init__()
         self.non_blocking = non_blocking
         self.register_buffer("_device_probe", torch.empty(0), persistent=False)
 
     def forward(self, data: Any, training: bool = False) -> Any:
-        return to_device(data, self._device_probe.device, self.non_blocking)
+        device = self._device_probe.device
+        non_blocking = self.non_blocking
+        if non_blocking is None:  # to an accelerator: queued on the stream the forward runs on
+            non_blocking = device.type != "cpu"
+        return to_device(data, device, non_blocking)
 
 
 def parse_losses(outputs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -145,7 +152,9 @@ def _mover(model: nn.Module, training: bool, device: torch.device | str | None) 
     device = torch.device(device)
     if device.type == "cpu":
         return None
-    return partial(to_device, device=device)
+    # asynchronous: a blocking host-to-device copy waits for the device's queue, a sync per
+    # step (torch.cuda.set_sync_debug_mode flags it); the stream orders it before the forward
+    return partial(to_device, device=device, non_blocking=True)
 
 
 def make_train_step(model: nn.Module, forward: nn.Module | None = None,

@@ -30,11 +30,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from libai.model.graph.options import wrapper_switch
 from libai.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS, OPTIMIZERS
 from libai.utils.errors import ConfigError
 from libai.utils.suggest import closest, did_you_mean
 
 from ._build import build_unwrapped
+from .fused import choose_implementation
 from .layer_decay import LAYER_DECAY_KEYS, check_layer_decay_cfg, layer_decay_for
 from .optim_wrapper import OptimWrapper
 
@@ -186,13 +188,28 @@ class DefaultOptimWrapperConstructor:
                 f"{type(model).__name__} has no trainable parameters (all have "
                 f"requires_grad=False): there is nothing to optimize."
             )
-        optimizer = build_unwrapped(
-            OPTIMIZERS, self.optimizer_cfg, {"params": params}, "optim_wrapper.optimizer"
-        )
         wrapper_cfg = {"type": "OptimWrapper", **self.optim_wrapper_cfg}
+        optimizer_cfg = self._with_implementation(params, wrapper_cfg["type"])
+        optimizer = build_unwrapped(
+            OPTIMIZERS, optimizer_cfg, {"params": params}, "optim_wrapper.optimizer"
+        )
         return build_unwrapped(
             OPTIM_WRAPPERS, wrapper_cfg, {"optimizer": optimizer}, "optim_wrapper"
         )
+
+    def _with_implementation(self, params: Any, wrapper_type: Any) -> dict[str, Any]:
+        """The optimizer config with ``fused=True`` where every parameter is on CUDA (see
+        :mod:`libai.optim.fused`), the choice logged in one line (INFO when libai chose or the
+        config did, DEBUG when torch's default is kept)."""
+        try:
+            cls = OPTIMIZERS.get(self.optimizer_cfg.get("type"))
+            compiled = wrapper_switch({"type": wrapper_type}) is not None  # the compile switch
+        except Exception:  # an unknown type: building reports it, with the config path
+            return self.optimizer_cfg
+        extra, line = choose_implementation(cls, self.optimizer_cfg, params, compiled=compiled)
+        if line is not None:  # torch's default left alone: said only at DEBUG
+            _logger.log(logging.INFO if extra or line.endswith("says)") else logging.DEBUG, line)
+        return {**self.optimizer_cfg, **extra}
 
     def _base_values(self) -> tuple[float | None, float | None]:
         """The optimizer's lr and weight_decay: from the config, else the class default."""

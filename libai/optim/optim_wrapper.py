@@ -89,6 +89,7 @@ class OptimWrapper:
         # how the norm clip combines over processes: the execution record's (see bind)
         self._norm_over: dict[str, Any] = {}
         self._grad_norm: torch.Tensor | None = None  # kept on device; read lazily in scalars()
+        self._accumulate = self._flush_grads = None  # across processes: the record's (bind)
         cls = type(self)
         # optim_context not overridden and no autocast: with accumulative_counts == 1 the
         # forward needs no context at all, so a training step may call the model directly
@@ -153,15 +154,19 @@ class OptimWrapper:
 
     # -------------------------------------------------------------------------- hot path
     def optim_context(self, model: nn.Module) -> AbstractContextManager:
-        """Context for the forward pass: DDP ``no_sync`` while the window is not complete, and
-        the precision policy's autocast.
+        """Context for the forward pass: in a window the record's ``accumulate(last)`` (DDP
+        ``no_sync`` but on the last; FSDP2: libai.parallel.accumulate), and autocast.
 
         A plain method returning a ready context (not a generator): it runs every step.
 
         Args:
-            model: The model called inside the context (the DDP-wrapped one, if any).
+            model: The model called inside (unbound: its ``no_sync``, if it has one).
         """
-        if self.accumulative_counts == 1 or self._window_complete(self._inner_count):
+        if self.accumulative_counts == 1:
+            sync = _NO_CONTEXT
+        elif self._accumulate is not None:
+            sync = self._accumulate(self._window_complete(self._inner_count))
+        elif self._window_complete(self._inner_count):
             sync = _NO_CONTEXT
         else:
             sync = model.no_sync() if hasattr(model, "no_sync") else _NO_CONTEXT
@@ -234,6 +239,7 @@ class OptimWrapper:
                               "(no loss scaling) with parallel.pipeline.")
         self._norm_over = ({} if execution.combine_norm is None else
                            dict(combine=execution.combine_norm, skip=execution.norm_skip))
+        self._accumulate, self._flush_grads = execution.accumulate, execution.flush_grads
 
     def register_after_backward(self, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` after every ``backward``, before any optimizer step.
@@ -357,6 +363,8 @@ class OptimWrapper:
         """
         if not self._inner_count % self.accumulative_counts:
             return None
+        if self._flush_grads is not None:  # FSDP2 keeps them unreduced until the window ends
+            self._flush_grads()
         return [None if p.grad is None else p.grad.detach().clone() for p in self._params()]
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:

@@ -37,13 +37,30 @@ __all__ = ["build_mesh", "find_blocks", "apply_activation_checkpointing", "apply
 def build_mesh(pc: ParallelConfig, device_type: str) -> Any:
     """A DeviceMesh with one named dimension per size > 1 (pipeline, data, fsdp, tensor; tensor
     innermost, so that tensor-parallel peers are neighbouring ranks, on one node), or None for
-    one process."""
-    if pc.world_size == 1:
+    one process; with ``one_process_fsdp``, an "fsdp" dimension of one (its process group made
+    here when no launcher made one)."""
+    if pc.world_size == 1 and not pc.one_process_fsdp:
         return None
     from torch.distributed.device_mesh import init_device_mesh
 
+    if pc.one_process_fsdp:
+        _one_process_group(device_type)
+        return init_device_mesh(device_type, (1,), mesh_dim_names=("fsdp",))
     names = tuple(n for n in ("pipeline", "data", "fsdp", "tensor") if getattr(pc, n) > 1)
     return init_device_mesh(device_type, tuple(getattr(pc, n) for n in names), mesh_dim_names=names)
+
+
+def _one_process_group(device_type: str) -> None:
+    """The default process group of this one process (a store in memory: no port, no launcher),
+    unless there is one; tools/train.py leaves it at the end (destroy_dist)."""
+    import importlib
+
+    if dist.is_distributed():
+        return
+    importlib.import_module("torch.distributed.nn.functional")  # as libai.utils.dist.init_dist
+    torch.distributed.init_process_group(backend="nccl" if device_type == "cuda" else "gloo",
+                                         store=torch.distributed.HashStore(), rank=0,
+                                         world_size=1)
 
 
 def _checkpointed_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
@@ -160,9 +177,9 @@ def parallelize(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torch.d
         ddp_kwargs: Extra DistributedDataParallel arguments (``model_wrapper_cfg``).
     """
     lines = [pc.describe()]
-    if pc.cpu_offload and pc.fsdp == 1:
+    if pc.cpu_offload and not pc.sharded_by_fsdp:
         raise ConfigError(CPU_OFFLOAD_WITHOUT_FSDP)
-    if pc.cpu_offload and device.type == "cpu":
+    if pc.cpu_offload and device.type == "cpu" and not pc.one_process_fsdp:
         raise ConfigError("parallel.cpu_offload=True moves parameters and optimizer state from "
                           "the GPU to the host, and this run is on the CPU already: leave it out.")
     rank0_init = pc.splits_from_rank0
@@ -172,7 +189,17 @@ def parallelize(model: nn.Module, pc: ParallelConfig, mesh: Any, device: torch.d
         model.to("meta")
     lines += checkpoint_and_split_layers(model, pc, mesh, activation_checkpointing,
                                          src_data_rank=None if rank0_init else 0)
-    if pc.fsdp > 1:
+    if pc.one_process_fsdp:
+        _fully_shard(model, pc, mesh, param_dtype, pin_memory=device.type == "cuda")
+        offload = ""
+        if pc.cpu_offload and device.type == "cpu":
+            offload = (", cpu_offload on a CPU run: the offload policy runs, and nothing moves "
+                       "(the parameters are on the host already)")
+        elif pc.cpu_offload:
+            offload = (": parameters, gradients and optimizer state on the host, each block's "
+                       "parameters copied to the device for its forward and backward")
+        lines.append(f"FSDP2 on a one-process mesh{offload}")
+    elif pc.fsdp > 1:
         _fully_shard(model, pc, mesh, param_dtype)
         lines.append(f"FSDP2: parameters, gradients and optimizer state sharded over {pc.fsdp} "
                      f"processes" + (f", replicated {pc.data} times" if pc.data > 1 else ""))
@@ -288,7 +315,7 @@ def _retie(model: nn.Module, tied: list[list[str]]) -> None:
 
 
 def _fully_shard(model: nn.Module, pc: ParallelConfig, mesh: Any,
-                 param_dtype: torch.dtype | None) -> None:
+                 param_dtype: torch.dtype | None, pin_memory: bool = True) -> None:
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     fsdp_mesh = mesh["data", "fsdp"] if pc.data > 1 else mesh["fsdp"]  # 2-D: HSDP
@@ -297,7 +324,7 @@ def _fully_shard(model: nn.Module, pc: ParallelConfig, mesh: Any,
         options["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype,
                                                     reduce_dtype=torch.float32)
     if pc.cpu_offload:
-        options["offload_policy"] = CPUOffloadPolicy()
+        options["offload_policy"] = CPUOffloadPolicy(pin_memory=pin_memory)
     blocks = find_blocks(model, pc.blocks)
     for block in blocks:
         fully_shard(block, reshard_after_forward=pc.reshard_after_forward, **options)

@@ -1,7 +1,8 @@
 """The ``parallel`` config key: how the processes split the work, checked against the world size.
 
-    parallel = dict(data=None, fsdp=1, tensor=1, pipeline=1,
-                    reshard_after_forward=True, cpu_offload=False, blocks=None, rank0_init=False,
+    parallel = dict(data=None, fsdp=None, tensor=1, pipeline=1,
+                    reshard_after_forward=True, cpu_offload=False, one_process_fsdp=False,
+                    blocks=None, rank0_init=False,
                     pipeline_schedule="1f1b", microbatches=None, pipeline_stage_ids=None,
                     virtual_stages=None)
 
@@ -11,7 +12,7 @@
 - ``fsdp``: processes that shard parameters, gradients and optimizer state between them
   (FSDP2, ``torch.distributed.fsdp.fully_shard``); they also split the batch. With ``data > 1``
   too, the model is sharded within each group of ``fsdp`` processes and replicated across groups
-  (HSDP).
+  (HSDP). None (the default): 1.
 - ``tensor``: processes that split each layer's matrices (DTensor tensor parallel, the plan the
   model declares); they see the same batch.
 - ``pipeline``: processes that each hold some of the model's blocks, in order (pipeline
@@ -22,6 +23,9 @@
   block, as LiBai's ``custom_pipeline_stage_id`` (None: balanced).
 - ``reshard_after_forward``, ``cpu_offload``: FSDP2 options (free the gathered parameters after
   each block's forward; keep parameters and optimizer state on the CPU).
+- ``one_process_fsdp``: FSDP2 over a mesh of this one process (one process only). Written
+  ``fsdp=1, cpu_offload=True`` in one process, it is implied: one GPU trains a model larger
+  than its memory, parameters and optimizer state on the host.
 - ``blocks``: class names of the modules FSDP shards one by one (and activation checkpointing
   wraps with the "blocks" policy). None: the model's ``parallel_blocks`` declaration.
 - ``rank0_init``: only rank 0 builds the whole model; the other processes build it on the meta
@@ -46,15 +50,17 @@ from libai.utils.suggest import did_you_mean
 __all__ = ["MULTI_STAGE_SCHEDULES", "SCHEDULES", "ParallelConfig", "parse_parallel"]
 
 _SIZES = ("data", "fsdp", "tensor", "pipeline")
-_OPTIONS = {"reshard_after_forward": bool, "cpu_offload": bool, "rank0_init": bool}
+_OPTIONS = {"reshard_after_forward": bool, "cpu_offload": bool, "rank0_init": bool,
+            "one_process_fsdp": bool}
 _PIPELINE_KEYS = ("pipeline_schedule", "microbatches", "pipeline_stage_ids", "virtual_stages")
 # the schedules of torch.distributed.pipelining; the interleaved ones hold several stages per rank
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B",
              "interleaved_1f1b": "ScheduleInterleaved1F1B", "looped_bfs": "ScheduleLoopedBFS"}
 MULTI_STAGE_SCHEDULES = ("interleaved_1f1b", "looped_bfs")
 CPU_OFFLOAD_WITHOUT_FSDP = ("parallel.cpu_offload=True is an FSDP option: set parallel.fsdp too "
-                            "(FSDP shards over several processes: torchrun --nproc_per_node N), "
-                            "or leave cpu_offload out.")
+                            "(FSDP shards over several processes: torchrun --nproc_per_node N; "
+                            "fsdp=1 in one process shards over a one-process mesh), or leave "
+                            "cpu_offload out.")
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,7 @@ class ParallelConfig:
     cpu_offload: bool = False
     blocks: tuple[str, ...] | None = None
     rank0_init: bool = False
+    one_process_fsdp: bool = False
     pipeline: int = 1
     pipeline_schedule: str = "1f1b"
     microbatches: int | None = None
@@ -105,10 +112,15 @@ class ParallelConfig:
         return self.rank0_init and self.world_size > 1
 
     @property
+    def sharded_by_fsdp(self) -> bool:
+        """FSDP2 shards the model: over ``fsdp`` processes, or over a mesh of one process."""
+        return self.fsdp > 1 or self.one_process_fsdp
+
+    @property
     def strategy(self) -> str:
         """A short name for the log: "single", "ddp", "fsdp", "hsdp", "tp", "fsdp+tp", ..."""
         parts = []
-        if self.fsdp > 1:
+        if self.sharded_by_fsdp:
             parts.append("hsdp" if self.data > 1 else "fsdp")
         elif self.data > 1:
             parts.append("ddp")
@@ -152,7 +164,9 @@ def parse_parallel(value: Mapping | None, world_size: int) -> ParallelConfig:
             raise ConfigError(f"parallel has an unknown key {key!r}.{did_you_mean(key, known)} "
                               f"Known keys: {', '.join(known)}.")
     pipeline = _size("pipeline", value.get("pipeline", 1))
-    fsdp, tensor = _size("fsdp", value.get("fsdp", 1)), _size("tensor", value.get("tensor", 1))
+    fsdp_given = value.get("fsdp") is not None  # None: the default, 1
+    fsdp = _size("fsdp", value["fsdp"]) if fsdp_given else 1
+    tensor = _size("tensor", value.get("tensor", 1))
     data = value.get("data")
     if data is None:
         if world_size % (pipeline * fsdp * tensor):
@@ -175,8 +189,14 @@ def parse_parallel(value: Mapping | None, world_size: int) -> ParallelConfig:
             if not isinstance(value[key], kind):
                 raise ConfigError(f"parallel.{key}={value[key]!r}: expected True or False.")
             options[key] = value[key]
-    if options.get("cpu_offload") and fsdp == 1:  # checked here: one process never parallelizes
-        raise ConfigError(CPU_OFFLOAD_WITHOUT_FSDP)
+    if world_size == 1 and fsdp_given and options.get("cpu_offload"):
+        options["one_process_fsdp"] = True  # fsdp=1, cpu_offload=True: one GPU, the host's memory
+    if options.get("one_process_fsdp") and world_size > 1:
+        raise ConfigError(f"parallel.one_process_fsdp=True shards over a mesh of one process, "
+                          f"and this run has {world_size}: use parallel.fsdp={world_size} "
+                          f"instead (or fsdp with data, tensor or pipeline).")
+    if options.get("cpu_offload") and fsdp == 1 and not options.get("one_process_fsdp"):
+        raise ConfigError(CPU_OFFLOAD_WITHOUT_FSDP)  # checked here: every run calls parse_parallel
     blocks = value.get("blocks")
     if blocks is not None:
         if isinstance(blocks, str):

@@ -47,7 +47,7 @@ TOP_LEVEL_KEYS = {
     "device": "'auto' (default), 'cpu', 'cuda' or 'cuda:N'",
     "compile": "graph mode: True, or torch.compile options and on_failure, verify_steps, ... (docs/optim_wrappers.md)",
     "model_wrapper_cfg": "extra DistributedDataParallel arguments",
-    "parallel": "dict(data=None, fsdp=1, tensor=1, pipeline=1, rank0_init=False, ...): how the processes split the work (docs/parallel.md)",
+    "parallel": "dict(data=None, fsdp=None, tensor=1, pipeline=1, rank0_init=False, cpu_offload=False, ...): how the processes split the work (docs/parallel.md)",
     "activation_checkpointing": "None, 'blocks' or dict(modules=[class names]): recompute in the backward",
     "log_level": "'INFO' (default), 'DEBUG', 'WARNING'",
     "load_from": "weights to load (no resume): a path, or dict(path=..., strict=True, remap=...)",
@@ -56,6 +56,8 @@ TOP_LEVEL_KEYS = {
     "custom_imports": "dict(imports=['my_module']): modules to import before anything is built",
     "preemption": "dict(signals=['SIGTERM', 'SIGUSR1', 'SIGINT']) (default): save and stop on "
                   "these; None: off",
+    "micro_batch": "dict(global_batch=..., table=[(GB, micro-batch), ...], cpu=...): the micro-batch "
+                   "train_dataloader.batch_size='auto' takes from the GPU's memory (docs/config.md)",
 }
 
 
@@ -89,6 +91,7 @@ TOP_LEVEL_DEFAULTS = {
     "resume_options": "None",
     "custom_imports": "None",
     "preemption": "dict(signals=['SIGTERM', 'SIGUSR1', 'SIGINT'])",
+    "micro_batch": "None: train_dataloader.batch_size and optim_wrapper.accumulative_counts as written",
 }
 
 

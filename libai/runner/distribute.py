@@ -15,6 +15,7 @@ from torch import nn
 from libai.model.blocks import find_blocks
 from libai.model.execution import COMPILED_FLOPS, Execution
 from libai.parallel import ParallelConfig, build_mesh, build_on_rank0, parallelize
+from libai.parallel.accumulate import accumulation_fields
 from libai.utils import dist
 
 __all__ = ["build_model", "compile_step", "distribute_model", "prepare_model"]
@@ -84,7 +85,7 @@ def distribute_model(cfg: Any, model: nn.Module, pc: ParallelConfig, device: tor
         for line in lines:
             logger.info(line)
         return model
-    sharded = pc.fsdp > 1 or pc.tensor > 1
+    sharded = pc.sharded_by_fsdp or pc.tensor > 1
     mesh = build_mesh(pc, device.type) if sharded else None
     model, lines = parallelize(model, pc, mesh, device, param_dtype=_param_dtype(cfg),
                                activation_checkpointing=checkpointing,
@@ -101,9 +102,10 @@ def prepare_model(cfg: Any, model: nn.Module, pc: ParallelConfig, device: torch.
     this process's pipeline stages), then compiled when the compile switch is on
     (:func:`compile_step`). The one place that knows what the model became: everything else
     reads the returned :class:`~libai.model.execution.Execution`."""
-    from libai.model.graph import graph_options
+    from libai.model.graph import compile_regions, graph_options
 
     switch = graph_options(cfg)  # graph mode: compile=... or a GraphOptimWrapper config
+    regions = switch is not None and compile_regions(cfg)
     forward = distribute_model(cfg, model, pc, device, logger)
     if pc.pipeline > 1:
         from libai.parallel.pipeline import execution_fields
@@ -111,8 +113,9 @@ def prepare_model(cfg: Any, model: nn.Module, pc: ParallelConfig, device: torch.
         fields = execution_fields(forward)
         blocks = [block for stage in fields["parts"] for block in stage.blocks]
     else:
-        fields = dict(parts=(forward,), sharded=dist.is_sharded(model))
-        blocks = find_blocks(model, pc.blocks) if fields["sharded"] else []
+        fields = dict(parts=(forward,), sharded=dist.is_sharded(model),
+                      **accumulation_fields(forward, pc))
+        blocks = find_blocks(model, pc.blocks) if fields["sharded"] or regions else []
     graph = None
     if switch is not None:
         forward, graph = compile_step(forward, model, switch, blocks, fields.get("schedule"),
@@ -126,11 +129,13 @@ def prepare_model(cfg: Any, model: nn.Module, pc: ParallelConfig, device: torch.
 def compile_step(forward: nn.Module, model: nn.Module, switch: dict, blocks: list[nn.Module],
                   schedule: Any, logger: Any) -> tuple[nn.Module, Any]:
     """Graph mode, as one step of preparing the model, after activation checkpointing (which
-    the compiled blocks then include) and after FSDP / tensor parallel / DDP have wrapped it.
+    the compiled blocks then include) and after FSDP / tensor parallel / DDP have wrapped it
+    (their hooks run on the block modules' calls, outside the compiled forwards: eager).
 
-    ``blocks`` (a sharded model's, or the blocks of this process's pipeline stages) are compiled
-    one by one, as torch advises for FSDP2 and DTensor: their hooks run eager between them; an
-    unsharded model compiles whole. Returns what to run (a
+    ``blocks`` (a transformer's under ``compile.regions``, the default; a sharded model's; the
+    blocks of this process's pipeline stages) are compiled, not the model: regional
+    compilation, one graph per block class reused by every block of the class, the rest of the
+    model and the loss eager. A model without blocks compiles whole. Returns what to run (a
     :class:`~libai.model.graph.GraphModule`, or the pipeline whose schedule calls the compiled
     blocks) and its :class:`~libai.model.graph.GraphMode`.
     """
@@ -139,6 +144,12 @@ def compile_step(forward: nn.Module, model: nn.Module, switch: dict, blocks: lis
     if schedule is None:
         forward = GraphModule(forward, compile=switch["compile"], on_failure=switch["on_failure"],
                               blocks=blocks or None, unwrapped=model)
+        if blocks:
+            classes = sorted({type(block).__name__ for block in blocks})
+            logger.info(f"Graph mode: the model's {len(blocks)} blocks ({', '.join(classes)}) "
+                        f"compiled, once per class (regional compilation); the rest of the "
+                        f"model and its loss run eager. compile=dict(regions=False) compiles "
+                        f"an unsharded model whole.")
         return forward, forward.graph_mode
     graph = GraphMode(switch["compile"], switch["on_failure"])
     graph.compile_model(forward, blocks, model)

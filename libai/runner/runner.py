@@ -26,7 +26,7 @@ from libai.utils import dist
 from libai.utils.errors import ConfigError, LibaiError
 from libai.utils.message_hub import MessageHub
 
-from . import build, env, imports, preemption
+from . import batch_fit, build, env, imports, preemption
 from .data_check import check_data_files, model_with_classes
 from .distribute import build_model, prepare_model
 from .preflight import check_model_type, check_watched_metrics, preflight
@@ -94,6 +94,8 @@ class Runner:
         # and hooks (tensor-parallel peers share one)
         self.data_parallel = self.parallel.data_parallel(self.rank)
         self.device = env.select_device(cfg.get("device"))
+        # the micro-batch and accumulation the device takes (micro_batch=...): logged, not written back
+        self.batch_fit = batch_fit.resolve(cfg, self.device, self.data_parallel.size)
         randomness = dict(cfg.get("randomness") or {})
         self.seed = env.seed_everything(randomness, rank=self.data_parallel.rank)
         self._diff_rank_seed = bool(randomness.get("diff_rank_seed"))
@@ -105,6 +107,8 @@ class Runner:
         # a dry run's folder is a temporary one: it leaves the work dir as it was
         self.timestamp, self.log_dir, self.logger, config_text = env.open_run(
             cfg, self.work_dir, self.fast_dev_run > 0, self.device, self.seed, self.rank)
+        if self.batch_fit is not None:
+            self.logger.info(self.batch_fit.summary())
 
         if derived:  # logged, not written into the config
             self.logger.info(f"model.num_classes={model_cfg['num_classes']}: the labels of "
@@ -126,7 +130,10 @@ class Runner:
         self.checkpointer = Checkpointer(
             self.work_dir, self.model, self.unwrapped_model, cfg=cfg, logger=self.logger,
             call_hook=self.call_hook, meta={"seed": self.seed, "experiment_name": self.experiment_name,
-                  "data_shares": self.data_parallel.size},
+                  "data_shares": self.data_parallel.size,
+                  # what batch_size='auto' became: a resume on another GPU must not change it
+                  **({"batch_fit": [self.batch_fit.micro, self.batch_fit.accumulation]}
+                     if self.batch_fit else {})},
             series_dir=self.log_dir, config_text=config_text, dry_run=self.fast_dev_run > 0,
             execution=self.execution)
         # the shared services hooks use, assembled here (and in register_hook) and nowhere else
@@ -154,7 +161,8 @@ class Runner:
         if self._train_loop is None:
             if self.cfg.get("train_dataloader") is None or self.cfg.get("train_cfg") is None:
                 raise ConfigError("Training needs 'train_dataloader' and 'train_cfg' in the config.")
-            loader = self._build_loader(self.cfg.train_dataloader, "train_dataloader")
+            loader = self._build_loader(batch_fit.loader_cfg(self.cfg.train_dataloader, self.batch_fit),
+                                        "train_dataloader")
             self._train_loop = build.build_loop(self.cfg.train_cfg, "IterBasedTrainLoop", "train_cfg",
                                                 runner=self, dataloader=loader)
         return self._train_loop
@@ -197,7 +205,7 @@ class Runner:
             from libai.model.graph import graph_options
             from libai.optim.graph_optim_wrapper import compiled_wrapper_cfg
 
-            cfg = self.cfg.optim_wrapper
+            cfg = batch_fit.optim_cfg(self.cfg.optim_wrapper, self.batch_fit)
             if self.execution.compiled:  # compile=...: the update compiled too
                 cfg = compiled_wrapper_cfg(cfg, graph_options(self.cfg))
             self._optim_wrapper = build_optim_wrapper(self.unwrapped_model, cfg)

@@ -9,6 +9,7 @@ import torch
 
 from libai.config import Config
 from libai.registry import MODELS
+from libai.runner import batch_fit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TEXT = ["bert_tiny", "bert_base", "bert_large", "gpt2_tiny", "gpt2_small", "roberta_tiny",
@@ -60,8 +61,11 @@ def test_gpt2_small_has_124m_parameters():
 def test_big_configs_reach_their_global_batch_by_accumulation():
     for name, global_batch in (("bert_large", 256), ("bert_base", 256), ("gpt2_small", 512)):
         cfg = load(name)
-        micro = cfg.train_dataloader.batch_size
-        assert micro * cfg.optim_wrapper.accumulative_counts == global_batch, name
+        # batch_size='auto' (micro_batch=...) is resolved by the runner, on this CPU here
+        fit = batch_fit.resolve(cfg, torch.device("cpu"), 1)
+        micro = fit.micro if fit else cfg.train_dataloader.batch_size
+        accumulation = fit.accumulation if fit else cfg.optim_wrapper.accumulative_counts
+        assert micro * accumulation == global_batch, name
 
 
 SHIPPED = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "configs")) if f.endswith(".py"))

@@ -15,6 +15,7 @@ from libai.model.layers import GrowingKVCache, RMSNorm, check_rope_scaling
 from libai.model.zoo.hf import hf_state_dict_for
 from libai.model.zoo.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 from libai.registry import MODELS
+from libai.runner import batch_fit
 from libai.utils.errors import CheckpointError, ConfigError, DataError
 
 try:
@@ -433,7 +434,8 @@ def test_llama3_1b_config_has_the_real_dimensions():
         model = MODELS.build(cfg.model.to_dict())
     assert n_params(model) == 1_235_814_400 and model.max_position_embeddings == 131072
     assert cfg.train_dataloader.dataset.corpus.tokenizer.vocab_size == model.vocab_size
-    assert cfg.train_dataloader.batch_size * cfg.optim_wrapper.accumulative_counts == 64
+    fit = batch_fit.resolve(cfg, torch.device("cpu"), 1)  # batch_size='auto', on this CPU
+    assert fit.micro * fit.accumulation == 64
 
 
 def test_llama_tiny_loss_falls(tmp_path, shipped_config):

@@ -6,9 +6,12 @@ the older spelling of the same switch); :func:`graph_options` reads it once, whe
 prepares the model (``libai.runner.distribute``). One :class:`GraphMode` object then owns
 everything graph mode does and knows:
 
-- **Compiling.** The model's forward with its loss (``torch.compile(model)``, or its blocks one by
-  one for a sharded model); AOTAutograd generates and compiles the backward at its first call;
-  the optimizer update (clipping and ``optimizer.step``) is a second compiled function
+- **Compiling.** A transformer's repeated blocks (``parallel_blocks``), each class compiled once
+  and its code reused for every block (torch's regional compilation: a cold compile the size of
+  one block, not of the model), the rest of the model and the loss eager; a model without blocks,
+  or ``compile=dict(regions=False)``, whole with its loss (``torch.compile(model)``); a sharded
+  model block by block whatever ``regions`` says. AOTAutograd generates and compiles the backward
+  at its first call; the optimizer update (clipping and ``optimizer.step``) is a second compiled function
   (:meth:`GraphMode.run_update`). All with the same ``torch.compile`` options.
 - **Fallback.** When compiling the forward, the backward or the update fails, the same work runs
   eager: a failed backward replays the first forward eagerly with the same random numbers. If
@@ -45,9 +48,10 @@ from .options import (
     GRAPH_KEYS,
     GraphModeError,
     compile_options,
+    compile_regions,
     graph_options,
     wrapper_switch,
 )
 
 __all__ = ["COMPILE_KEYS", "GRAPH_KEYS", "GraphMode", "GraphModule", "GraphModeError", "compile_options",
-           "graph_options", "wrapper_switch"]
+           "compile_regions", "graph_options", "wrapper_switch"]

@@ -16,6 +16,7 @@ from torch import nn
 from libai.utils.dist import is_sharded
 from libai.utils.errors import TrainingError
 
+from ..blocks import outermost
 from ..contract import mean_over_data_parallel
 from ..steps import parse_losses
 from .log import COMPILE_LOG, where_kind
@@ -75,6 +76,7 @@ class GraphMode:
         self._unwrapped: nn.Module | None = None
         self._compiled: Any = None
         self._eager_forwards: list[tuple[nn.Module, Any]] = []
+        self._block_forwards: list[Any] = []  # their compiled forwards, in the same order
         self.train_calls = 0
         self.training_recompiles = 0  # after the first training call
         self._phases: dict[int, str] = {}  # index in the recompile log -> "train" / "eval"
@@ -91,15 +93,20 @@ class GraphMode:
     def compile_model(self, module: nn.Module, blocks: list[nn.Module] | None = None,
                       unwrapped: nn.Module | None = None) -> None:
         """Compile ``module`` (the model or its DDP wrapper, whose model is ``unwrapped``:
-        defaults to ``module``), or only the forwards of ``blocks`` (a sharded model: its hooks
-        then run eager between the compiled blocks)."""
+        defaults to ``module``), or only the forwards of ``blocks`` (regional compilation: the
+        rest of the model, its loss and a sharded model's hooks run eager between them).
+
+        Blocks of one class share one compiled graph: the compiled forwards are the same code,
+        and dynamo keeps compiled code per code object, guarded on the block's type and tensor
+        shapes, not on which block it is (``inline_inbuilt_nn_modules``, torch's default)."""
         self.module, self._unwrapped = module, unwrapped if unwrapped is not None else module
+        blocks = outermost(blocks or [])
         # each block's own forward attribute (activation checkpointing sets one), put back by
         # a fallback to eager
-        self._eager_forwards = [(block, block.__dict__.get("forward")) for block in blocks or ()]
+        self._eager_forwards = [(block, block.__dict__.get("forward")) for block in blocks]
+        self._block_forwards = [torch.compile(block.forward, **self.options) for block in blocks]
         if blocks:
-            for block in blocks:
-                block.forward = torch.compile(block.forward, **self.options)
+            self._compile_blocks()
             self._compiled = module
         else:
             self._compiled = torch.compile(module, **self.options)
@@ -187,6 +194,10 @@ class GraphMode:
             f"Graph mode: torch.compile failed on {where}{of} ({cause}); training continues in "
             f"eager mode. Set compile.on_failure='raise' to stop instead.")
 
+    def _compile_blocks(self) -> None:
+        for (block, _), compiled in zip(self._eager_forwards, self._block_forwards):
+            block.forward = compiled
+
     def _uncompile_blocks(self) -> None:
         for block, forward in self._eager_forwards:
             if forward is None:
@@ -232,6 +243,7 @@ class GraphMode:
     def _replay_loss(self) -> torch.Tensor:
         args, kwargs, rng = self._replay
         self._replay = None
+        self._uncompile_blocks()  # the replay is eager, blocks included
         torch.set_rng_state(rng)
         outputs = self.module(*args, **kwargs)
         return outputs if isinstance(outputs, torch.Tensor) else parse_losses(outputs)[0]
@@ -266,7 +278,11 @@ class GraphMode:
         """An eager copy of the model (with its gradients so far), run on the same batch and the
         same random numbers as the compiled call that follows."""
         model = self.unwrapped
-        reference = copy.deepcopy(model)
+        self._uncompile_blocks()  # a copy of a compiled block would call the original block
+        try:
+            reference = copy.deepcopy(model)
+        finally:
+            self._compile_blocks()
         for p, q in zip(model.parameters(), reference.parameters()):
             q.grad = None if p.grad is None else p.grad.detach().clone()
         device = next(model.parameters(), torch.empty(0)).device

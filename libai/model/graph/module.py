@@ -20,10 +20,12 @@ class GraphModule(nn.Module):
         module: The model, or its DDP wrapper.
         compile: ``torch.compile`` keyword arguments (see :func:`compile_options`).
         on_failure: "eager" (warn once and continue eager) or "raise". Defaults to "eager".
-        blocks: Compile these modules' forwards one by one, and nothing else, instead of the
-            whole model: the way of a sharded model (FSDP2, tensor parallel), whose hooks
-            (all-gathers, reshards) then run eager between the compiled blocks. Blocks of one
-            class share one compiled graph. The state dict keys do not change. Defaults to None.
+        blocks: Compile these modules' forwards, and nothing else, instead of the whole
+            model (regional compilation: the way of every transformer, the runner passes its
+            ``parallel_blocks``): blocks of one class share one compiled graph, so a cold
+            compile costs one block, not the model; the rest of the model, its loss and a
+            sharded model's hooks (all-gathers, reshards) run eager between the compiled
+            blocks. The state dict keys do not change. Defaults to None: the whole model.
         unwrapped: The model inside ``module``'s DDP wrapper (what the parity check copies and
             the messages name). Defaults to None: ``module`` itself.
     """

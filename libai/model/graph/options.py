@@ -12,13 +12,13 @@ import torch
 from libai.utils.errors import ConfigError, LibaiError
 from libai.utils.suggest import did_you_mean
 
-__all__ = ["COMPILE_KEYS", "GRAPH_KEYS", "GraphModeError", "compile_options", "graph_options",
-           "wrapper_switch"]
+__all__ = ["COMPILE_KEYS", "GRAPH_KEYS", "GraphModeError", "compile_options", "compile_regions",
+           "graph_options", "wrapper_switch"]
 
 COMPILE_KEYS = tuple(p for p in inspect.signature(torch.compile).parameters if p != "model")
 # what graph mode adds to torch.compile's arguments (GraphOptimWrapper's arguments of the same
 # names say what each does)
-GRAPH_KEYS = ("on_failure", "verify_steps", "verify_rtol", "on_mismatch", "exact_random")
+GRAPH_KEYS = ("on_failure", "verify_steps", "verify_rtol", "on_mismatch", "exact_random", "regions")
 _POLICIES = ("eager", "raise")
 
 
@@ -60,6 +60,7 @@ def graph_options(cfg: Any) -> dict | None:
                               f"torch.compile arguments such as dict(mode='max-autotune').")
         options = {} if value is True else dict(value)
         switch = {k: options.pop(k) for k in GRAPH_KEYS if k in options}
+        switch.pop("regions", None)  # how the model is compiled: compile_regions reads it
         switch["compile"], path = options, "compile"
     exact = switch.pop("exact_random", True)
     out = dict(compile=compile_options(switch.pop("compile", None), exact, path),
@@ -67,6 +68,24 @@ def graph_options(cfg: Any) -> dict | None:
                exact_random=exact)
     out.update({k: v for k, v in switch.items() if k != "on_failure"})
     return out
+
+
+def compile_regions(cfg: Any) -> bool:
+    """``compile.regions``: compile the model's repeated blocks (``parallel_blocks``, or
+    ``parallel.blocks``) once each class and reuse the code for every block, the rest of the model
+    and its loss running eager (True, the default: torch's regional compilation, a cold compile
+    the size of one block); or the whole model with its loss in one graph (False). A model with
+    no blocks compiles whole either way, and a sharded one block by block.
+
+    Raises:
+        ConfigError: a value that is not a bool.
+    """
+    value = cfg.get("compile")
+    regions = value.get("regions", True) if isinstance(value, Mapping) else True
+    if not isinstance(regions, bool):
+        raise ConfigError(f"compile.regions={regions!r}: expected True (compile each block class "
+                          f"once, the default) or False (compile the whole model).")
+    return regions
 
 
 def wrapper_switch(wrapper: Any) -> dict | None:

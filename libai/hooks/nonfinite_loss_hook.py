@@ -282,20 +282,7 @@ class NonFiniteLossHook(Hook):
         for _, p in self._params:
             p.grad = None
         self._skipped_now = True
-        self.skipped_in_row += 1
-        self.skipped_total += 1
-        where = f"iteration {runner.iter + 1}"
-        if self.skipped_in_row > self.max_skips:
-            raise TrainingError(
-                f"Non-finite gradients at {where}: {self.skipped_in_row} optimizer steps in a "
-                f"row were skipped (max_skips={self.max_skips}); e.g. in {', '.join(bad[:3])}. "
-                f"{_FIXES}; or raise max_skips."
-            )
-        runner.logger.warning(
-            f"Non-finite gradients at {where} in {len(bad)} parameter(s) "
-            f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}): skipped this optimizer "
-            f"step ({self.skipped_in_row} in a row, {self.skipped_total} in total)."
-        )
+        self._count_skip(runner, runner.iter, bad)
 
     # ------------------------------------------------- skip on a fused optimizer: batched
     def _after_device_step(self, runner: RunnerView, batch_idx: int, outputs: Any) -> None:

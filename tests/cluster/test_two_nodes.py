@@ -30,6 +30,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -264,12 +265,23 @@ def test_two_nodes_equal_one_process_and_resume_after_a_lost_worker_or_node(
         config.write_text(f"_base_ = [{str(plain)!r}]\ncustom_hooks = [{hook!r}]\n")
         return config
 
-    work = tmp_path / "elastic"
-    config = faulty("elastic", "worker")
     start = time.perf_counter()
-    # restarts to spare: a round whose gloo connection fails restarts too (torch's agents)
-    runs = two_nodes(run_process, [TRAIN, *_gpt2_argv(config, work), "--resume"], [env, env],
-                     restarts=3)
+    for attempt in (1, 2):
+        work = tmp_path / f"elastic{attempt}"
+        config = faulty(f"elastic{attempt}", "worker")
+        try:
+            # restarts to spare: a round whose gloo connection fails restarts too (torch's
+            # agents)
+            runs = two_nodes(run_process, [TRAIN, *_gpt2_argv(config, work), "--resume"],
+                             [env, env], restarts=3, timeout=180)
+            break
+        except subprocess.TimeoutExpired:
+            # torch 2.13's agents can hang in the re-rendezvous after a lost worker when both
+            # run on one loaded machine (seen once in 6 suite runs, 2 cores): once more, from
+            # scratch; a second hang fails the test
+            if attempt == 2:
+                raise
+            print("the agents' re-rendezvous hung (torch): the elastic case once more")
     seconds["worker lost, the agents restart the group"] = time.perf_counter() - start
     log = "".join(r.output for r in runs)
     assert [r.returncode for r in runs] == [0, 0], log[-6000:]

@@ -9,7 +9,11 @@ from __future__ import annotations
 import datetime
 import gc
 import importlib
+import json
 import os
+import socket
+import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,18 +103,61 @@ def collective_failure(error: BaseException) -> str | None:
 
 def _elastic_store(timeout: datetime.timedelta) -> Any:
     """Under ``torchrun --max-restarts``, the launcher's key-value store, seen through a prefix
-    of its own for each attempt, or None outside torchrun's shared store.
+    that this launch of the workers shares and no earlier one used; None outside torchrun's
+    shared store.
 
-    torchrun keeps one store for all attempts; without a prefix, a restarted group can read the
+    torchrun keeps one store for all launches; without a prefix, a restarted group can read the
     addresses that the killed workers published ("Gloo connectFullMesh failed ... Connection
-    refused") and every later attempt fails.
+    refused"). ``TORCHELASTIC_RESTART_COUNT`` cannot name the launch: each node's agent counts
+    its own restarts, and one that restarts its workers because another node rejoined does not
+    count it, so two nodes may start the same group with different counts and wait for each
+    other forever in init (:func:`_agree_on_launch`).
     """
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-    if attempt is None or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+    if (os.environ.get("TORCHELASTIC_RESTART_COUNT") is None
+            or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"):
         return None
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
                           is_master=False, timeout=timeout)
-    return dist.PrefixStore(f"libai/attempt_{attempt}", store)
+    launch = _agree_on_launch(store, int(os.environ["RANK"]), get_world_size_env(), timeout)
+    return dist.PrefixStore(f"libai/launch_{launch}", store)
+
+
+def _agree_on_launch(store: Any, rank: int, world_size: int,
+                     timeout: datetime.timedelta) -> str:
+    """A name for this launch of the workers that every one of them reads from ``store``.
+
+    Rank 0 names the launch (host, pid, a random part) under ``libai/launch``; every other rank
+    answers under that name with a name of its own, and rank 0 lists the answers once all are
+    in. A rank that read a name left by an earlier launch (its rank 0 is gone) does not find
+    itself in that list, so it reads the name again until this launch's rank 0 has written it.
+    The workers of one launch start only after the agents stopped the earlier launch's workers,
+    so none of those can answer any more.
+    """
+    me = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    if rank == 0:
+        store.set("libai/launch", me)
+        answers = [f"libai/launch/{me}/rank_{r}" for r in range(1, world_size)]
+        if answers:
+            store.wait(answers, timeout)
+        store.set(f"libai/launch/{me}/ranks",
+                  json.dumps([me, *(a.decode() for a in store.multi_get(answers))]))
+        return me
+    deadline = time.monotonic() + timeout.total_seconds()
+    answered = None
+    while True:
+        launch = store.get("libai/launch").decode()
+        if launch != answered:
+            store.set(f"libai/launch/{launch}/rank_{rank}", me)
+            answered = launch
+        ranks = f"libai/launch/{launch}/ranks"
+        if store.check([ranks]) and me in json.loads(store.get(ranks)):
+            return launch
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"rank {rank} of {world_size}: rank 0 of this launch did not answer within "
+                f"{timeout.total_seconds():.0f} s (env_cfg.dist_timeout): it died or hangs, and "
+                "its own log says why.")
+        time.sleep(0.05)
 
 
 def destroy_dist(status: int = 0) -> None:

@@ -24,6 +24,7 @@ does not reach across nodes (no ``flock``, or a node-local one).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -32,12 +33,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
 import torch
+
+from tool_runs import PYTHON, ToolRun, child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = str(ROOT / "tools" / "train.py")
@@ -106,12 +108,16 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def two_nodes(run_process, args, envs, restarts=0, timeout=240):
+def two_nodes(args, envs, restarts=0, timeout=240):
     """Both agents of a 2-node job on localhost (``args``: a list, or ``args(node)``), each
-    with ``envs[node]`` and ``--max-restarts restarts``; returns their runs, node 0's first."""
-    port, rdzv_id = _port(), f"two-nodes-{os.getpid()}-{time.monotonic_ns()}"
+    with ``envs[node]`` and ``--max-restarts restarts``; returns their runs, node 0's first.
 
-    def agent(node):
+    Each agent leads a process group of its own: past ``timeout`` both agents and their workers
+    are killed (a killed agent alone leaves its workers behind) and the test fails with what each
+    node printed."""
+    port, rdzv_id = _port(), f"two-nodes-{os.getpid()}-{time.monotonic_ns()}"
+    procs, logs = [], []
+    for node in (0, 1):
         if node:
             time.sleep(0.5)  # node 0's agent serves the store: it starts first
         launcher = ["-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node),
@@ -121,12 +127,27 @@ def two_nodes(run_process, args, envs, restarts=0, timeout=240):
                     # on one machine both agents would take the endpoint for their own (two
                     # machines tell by the host name) and try to serve the store
                     "--rdzv-conf", f"is_host={int(node == 0)}"]
-        node_args = args(node) if callable(args) else args
-        return run_process(*launcher, *node_args, env={"TEST_NODE": str(node), **envs[node]},
-                           timeout=timeout)
-
-    with ThreadPoolExecutor(2) as pool:
-        return list(pool.map(agent, (0, 1)))
+        cmd = [PYTHON, *launcher, *map(str, args(node) if callable(args) else args)]
+        logs.append(tempfile.TemporaryFile("w+"))
+        procs.append(subprocess.Popen(
+            cmd, cwd=ROOT, env=child_env({"TEST_NODE": str(node), **envs[node]}),
+            stdout=logs[-1], stderr=subprocess.STDOUT, text=True, start_new_session=True))
+    deadline = time.monotonic() + timeout
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    hung = [node for node, p in enumerate(procs) if p.poll() is None]
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)  # the agent and what is left of its workers
+        p.wait()
+    runs = []
+    for p, log in zip(procs, logs, strict=True):
+        log.seek(0)
+        runs.append(ToolRun(p.args, p.returncode, log.read(), ""))
+        log.close()
+    assert not hung, (f"node(s) {hung} still running after {timeout} s, killed:\n"
+                      + "\n".join(f"--- node {n}:\n{r.output[-4000:]}" for n, r in enumerate(runs)))
+    return runs
 
 
 def _env(cache, *paths):
@@ -136,11 +157,11 @@ def _env(cache, *paths):
     return {"LIBAI_CACHE_DIR": str(cache), "PYTHONPATH": pythonpath, "CUDA_VISIBLE_DEVICES": ""}
 
 
-def _launcher(run_process, envs, seconds):
+def _launcher(envs, seconds):
     def launch(nproc, args):  # benchmarks/parity.py's launcher: both agents, 2 processes each
         assert nproc == 4
         start = time.perf_counter()
-        runs = two_nodes(run_process, args, envs)
+        runs = two_nodes(args, envs)
         seconds["straight"] = time.perf_counter() - start
         return max(r.returncode for r in runs), "".join(r.output for r in runs)
 
@@ -205,11 +226,8 @@ def _gpt2_argv(config: Path, work, one_process: bool = False) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ the test
-@pytest.mark.skipif(os.environ.get("LIBAI_FOUR_PROCESSES") != "1",
-                    reason="4 processes and 2 agents: by hand, LIBAI_FOUR_PROCESSES=1 (in the "
-                           "whole suite on 2 cores torch's agents hung in 2 of 3 runs)")
 def test_two_nodes_equal_one_process_and_resume_after_a_lost_worker_or_node(
-        tmp_path, run_process, run_tool):
+        tmp_path, run_process, run_tool):  # run_process: it starts processes (slow)
     seconds: dict[str, float] = {}
     plain = tmp_path / "gpt2_two_nodes.py"
     plain.write_text(f"_base_ = [{str(ROOT / 'configs' / 'gpt2_tiny.py')!r}]\n")
@@ -236,7 +254,7 @@ def test_two_nodes_equal_one_process_and_resume_after_a_lost_worker_or_node(
             "bert": [*PARITY.train_argv("bert", tmp_path / "bert-two", PLAN, *ROWS["bert"][:1],
                                         (), ROWS["bert"][1], full=False), CPU]}
     done = PARITY.run_rows("two-nodes", 4, rows, tmp_path,
-                           _launcher(run_process, envs, seconds))
+                           _launcher(envs, seconds))
     figures = {}
     for model, (status, output, _) in done.items():
         assert status == 0, output[-5000:]
@@ -270,22 +288,10 @@ def test_two_nodes_equal_one_process_and_resume_after_a_lost_worker_or_node(
         return config
 
     start = time.perf_counter()
-    for attempt in (1, 2):
-        work = tmp_path / f"elastic{attempt}"
-        config = faulty(f"elastic{attempt}", "worker")
-        try:
-            # restarts to spare: a round whose gloo connection fails restarts too (torch's
-            # agents)
-            runs = two_nodes(run_process, [TRAIN, *_gpt2_argv(config, work), "--resume"],
-                             [env, env], restarts=3, timeout=180)
-            break
-        except subprocess.TimeoutExpired:
-            # torch 2.13's agents can hang in the re-rendezvous after a lost worker when both
-            # run on one loaded machine (seen once in 6 suite runs, 2 cores): once more, from
-            # scratch; a second hang fails the test
-            if attempt == 2:
-                raise
-            print("the agents' re-rendezvous hung (torch): the elastic case once more")
+    work = tmp_path / "elastic"
+    # restarts to spare: a round whose gloo connection fails restarts too (torch's agents)
+    runs = two_nodes([TRAIN, *_gpt2_argv(faulty("elastic", "worker"), work), "--resume"],
+                     [env, env], restarts=3)
     seconds["worker lost, the agents restart the group"] = time.perf_counter() - start
     log = "".join(r.output for r in runs)
     assert [r.returncode for r in runs] == [0, 0], log[-6000:]
@@ -307,13 +313,13 @@ def test_two_nodes_equal_one_process_and_resume_after_a_lost_worker_or_node(
         return [TRAIN, *_gpt2_argv(config, views[node]), "--resume"]
 
     start = time.perf_counter()
-    lost = two_nodes(run_process, argv, [env, env])
+    lost = two_nodes(argv, [env, env])
     seconds["node lost, the job ends"] = time.perf_counter() - start
     log = "".join(r.output for r in lost)
     assert lost[0].returncode != 0 and lost[1].returncode == -signal.SIGKILL, log[-6000:]
     assert not (work / "iter_4.pth").exists() and (work / "iter_2.pth").exists()
     start = time.perf_counter()
-    again = two_nodes(run_process, argv, [env, env])
+    again = two_nodes(argv, [env, env])
     seconds["both nodes started again"] = time.perf_counter() - start
     log = "".join(r.output for r in again)
     assert [r.returncode for r in again] == [0, 0], log[-6000:]

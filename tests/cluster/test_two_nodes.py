@@ -14,9 +14,12 @@ One test holds the two-node claims, because the bit-identical ones compare with 
   once by one of the 4 processes;
 - a node lost mid-run (its agent and both workers killed with SIGKILL) ends the job; both nodes
   started again with ``--resume`` continue from the last checkpoint. Node 1 names the shared work
-  dir by another path (a symlink).
+  dir by another path (a symlink);
+- a node lost mid-run while node 0's agent has restarts to spare (``--max-restarts``): node 1
+  alone is started again, joins the waiting node 0 at the rendezvous, and the group continues
+  from the last checkpoint.
 
-Both end bit-identical to the straight run (weights, optimizer state, loop).
+All end bit-identical to the straight run (weights, optimizer state, loop).
 
 The fast tests below hold the cache's build-once rule where two nodes share a disk whose lock
 does not reach across nodes (no ``flock``, or a node-local one).
@@ -38,7 +41,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from tool_runs import PYTHON, ToolRun, child_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,18 +110,19 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def two_nodes(args, envs, restarts=0, timeout=240):
+def two_nodes(args, envs, restarts=0, timeout=240, rejoin=False):
     """Both agents of a 2-node job on localhost (``args``: a list, or ``args(node)``), each
     with ``envs[node]`` and ``--max-restarts restarts``; returns their runs, node 0's first.
+    ``rejoin``: once node 1's agent has died by SIGKILL (a lost node), it is started again, and
+    its second run comes last.
 
-    Each agent leads a process group of its own: past ``timeout`` both agents and their workers
+    Each agent leads a process group of its own: past ``timeout`` the agents and their workers
     are killed (a killed agent alone leaves its workers behind) and the test fails with what each
     node printed."""
     port, rdzv_id = _port(), f"two-nodes-{os.getpid()}-{time.monotonic_ns()}"
     procs, logs = [], []
-    for node in (0, 1):
-        if node:
-            time.sleep(0.5)  # node 0's agent serves the store: it starts first
+
+    def agent(node):
         launcher = ["-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node),
                     "--nproc_per_node", "2", "--rdzv-backend", "c10d",
                     "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", rdzv_id,
@@ -132,10 +135,16 @@ def two_nodes(args, envs, restarts=0, timeout=240):
         procs.append(subprocess.Popen(
             cmd, cwd=ROOT, env=child_env({"TEST_NODE": str(node), **envs[node]}),
             stdout=logs[-1], stderr=subprocess.STDOUT, text=True, start_new_session=True))
+
+    agent(0)
+    time.sleep(0.5)  # node 0's agent serves the store: it starts first
+    agent(1)
     deadline = time.monotonic() + timeout
     while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        if rejoin and len(procs) == 2 and procs[1].poll() == -signal.SIGKILL:
+            agent(1)  # the lost node comes back
         time.sleep(0.2)
-    hung = [node for node, p in enumerate(procs) if p.poll() is None]
+    hung = [n for n, p in enumerate(procs) if p.poll() is None]
     for p in procs:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)  # the agent and what is left of its workers
@@ -145,8 +154,8 @@ def two_nodes(args, envs, restarts=0, timeout=240):
         log.seek(0)
         runs.append(ToolRun(p.args, p.returncode, log.read(), ""))
         log.close()
-    assert not hung, (f"node(s) {hung} still running after {timeout} s, killed:\n"
-                      + "\n".join(f"--- node {n}:\n{r.output[-4000:]}" for n, r in enumerate(runs)))
+    assert not hung, (f"agent(s) {hung} still running after {timeout} s, killed:\n"
+                      + "\n".join(f"--- agent {n}:\n{r.output[-4000:]}" for n, r in enumerate(runs)))
     return runs
 
 
@@ -325,6 +334,22 @@ def test_two_nodes_equal_one_process_and_resume_after_a_lost_worker_or_node(
     assert [r.returncode for r in again] == [0, 0], log[-6000:]
     assert f"Resumed from {work / 'iter_2.pth'}" in log, log[-4000:]
     assert "Building the" not in log and _builds(shared) == built
+    _assert_equal(_full_state(work / f"iter_{STEPS}.pth"), straight)
+
+    # node 1 lost after step 3 while node 0's agent has restarts to spare: node 0 waits at the
+    # rendezvous, node 1 is started again alone and the group resumes from iter_2. The agents
+    # keep no store for the workers (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, docs/cluster.md):
+    # torch 2.13's shared store tells its address only to the nodes of the first round
+    work = tmp_path / "rejoin"
+    config = faulty("rejoin", "node")
+    fresh = {**env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    start = time.perf_counter()
+    runs = two_nodes([TRAIN, *_gpt2_argv(config, work), "--resume"], [fresh, fresh],
+                     restarts=3, rejoin=True)
+    seconds["node lost, started again alone"] = time.perf_counter() - start
+    log = "".join(r.output for r in runs)
+    assert [r.returncode for r in runs] == [0, -signal.SIGKILL, 0], log[-6000:]
+    assert f"Resumed from {work / 'iter_2.pth'}" in runs[0].output, log[-4000:]
     _assert_equal(_full_state(work / f"iter_{STEPS}.pth"), straight)
     print(f"two nodes vs one process: {figures}; seconds: "
           f"{ {k: round(v, 1) for k, v in seconds.items()} }")

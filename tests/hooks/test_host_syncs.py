@@ -19,7 +19,7 @@ import sys
 
 import pytest
 import torch
-import torch.nn.functional as F
+from test_throughput_failures import LinearNet
 from torch import nn
 
 from libai.runner import Runner
@@ -29,13 +29,6 @@ L, N = 4, 12
 _DATA_LOADING = "torch/utils/data/"  # the loader's seeds: host tensors, before the step
 
 
-class LinearNet(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(5, 3)
-
-    def forward(self, batch):
-        return {"loss": F.cross_entropy(self.fc(batch["inputs"]), batch["labels"])}
 
 
 def _cfg(tmp_path, device="cpu", optim=None, hooks=None):

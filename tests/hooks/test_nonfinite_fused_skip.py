@@ -5,22 +5,10 @@ on the CPU too and honours ``found_inf`` there as on CUDA."""
 
 import pytest
 import torch
-from torch import nn
+from test_nonfinite_loss_hook import TwoParams, one_iteration
 
 from libai.hooks import LoggerHook, NonFiniteLossHook
 from libai.utils.errors import TrainingError
-
-
-class TwoParams(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.good = nn.Parameter(torch.ones(2))
-        self.bad = nn.Parameter(torch.ones(2))
-        self.poison = False
-
-    def forward(self, x):
-        scale = torch.tensor(float("nan")) if self.poison else torch.tensor(1.0)
-        return (self.good * x).sum() + (self.bad * x * scale).sum()
 
 
 def _runner(make_runner, interval=3, **kw):
@@ -31,21 +19,6 @@ def _runner(make_runner, interval=3, **kw):
     runner.call_hook("before_run")
     runner.call_hook("before_train")
     return runner, model
-
-
-def _iteration(runner, model, i, poison):
-    opt = runner.optim_wrapper.optimizer
-    model.poison = poison
-    runner.iter = i
-    runner.call_hook("before_train_iter", batch_idx=i, data_batch=None)
-    loss = model(torch.ones(2))
-    loss.backward()
-    runner.call_hook("after_backward")
-    opt.step()
-    opt.zero_grad()
-    runner.call_hook("after_train_iter", batch_idx=i, data_batch=None,
-                     outputs={"loss": loss.detach()})
-    return float(loss.detach())
 
 
 def test_the_fused_kernel_skips_the_step_and_the_line_reports_it(make_runner, monkeypatch):
@@ -59,7 +32,7 @@ def test_the_fused_kernel_skips_the_step_and_the_line_reports_it(make_runner, mo
     losses = []
     for i in range(3):
         before = {n: p.detach().clone() for n, p in model.named_parameters()}
-        losses.append(_iteration(runner, model, i, poison=i == 1))
+        losses.append(one_iteration(runner, model, i, poison=i == 1))
         changed = {n: not torch.equal(before[n], p) for n, p in model.named_parameters()}
         assert changed == ({"good": False, "bad": False} if i == 1 else
                            {"good": True, "bad": True})
@@ -82,16 +55,16 @@ def test_the_fused_kernel_skips_the_step_and_the_line_reports_it(make_runner, mo
 def test_max_skips_is_enforced_at_the_line(make_runner):
     runner, model = _runner(make_runner, interval=3, max_skips=2)
     good = model.good.detach().clone()
-    _iteration(runner, model, 0, poison=True)
-    _iteration(runner, model, 1, poison=True)
+    one_iteration(runner, model, 0, poison=True)
+    one_iteration(runner, model, 1, poison=True)
     with pytest.raises(TrainingError, match="3 optimizer steps in a row"):
-        _iteration(runner, model, 2, poison=True)
+        one_iteration(runner, model, 2, poison=True)
     assert torch.equal(model.good, good)  # none of them stepped
 
 
 def test_a_validation_settles_first(make_runner):
     runner, model = _runner(make_runner, interval=5)
-    _iteration(runner, model, 0, poison=True)
+    one_iteration(runner, model, 0, poison=True)
     runner.call_hook("before_val")
     assert runner.hooks[0].skipped_total == 1
 
@@ -100,5 +73,5 @@ def test_a_non_fused_optimizer_keeps_the_check_before_each_step(make_runner):
     runner, model = _runner(make_runner)
     runner.optim_wrapper.optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
     runner.call_hook("before_train")
-    _iteration(runner, model, 0, poison=True)
+    one_iteration(runner, model, 0, poison=True)
     assert runner.hooks[0].skipped_total == 1  # read right away: grads dropped before the step

@@ -111,23 +111,28 @@ def _skip_runner(make_runner, **kw):
     return runner, model
 
 
+def one_iteration(runner, model, i, poison):
+    """One hand-written step of ``model`` (NaN in ``bad`` if ``poison``) between the hooks."""
+    opt = runner.optim_wrapper.optimizer
+    model.poison = poison
+    runner.iter = i
+    runner.call_hook("before_train_iter", batch_idx=i, data_batch=None)
+    loss = model(torch.ones(2))
+    loss.backward()
+    runner.call_hook("after_backward")
+    opt.step()
+    opt.zero_grad()
+    runner.call_hook("after_train_iter", batch_idx=i, data_batch=None,
+                     outputs={"loss": loss.detach()})
+    return float(loss.detach())
+
+
 def test_skip_leaves_weights_untouched(make_runner):
     runner, model = _skip_runner(make_runner)
-    opt = runner.optim_wrapper.optimizer
     runner.call_hook("before_train")
     for i in range(3):
-        model.poison = i == 1
         before = {n: p.detach().clone() for n, p in model.named_parameters()}
-        runner.iter = i
-        runner.call_hook("before_train_iter", batch_idx=i, data_batch=None)
-        loss = model(torch.ones(2))
-        loss.backward()
-        runner.call_hook("after_backward")
-        opt.step()
-        opt.zero_grad()
-        runner.call_hook(
-            "after_train_iter", batch_idx=i, data_batch=None, outputs={"loss": loss.detach()}
-        )
+        one_iteration(runner, model, i, poison=i == 1)
         changed = {n: not torch.equal(before[n], p) for n, p in model.named_parameters()}
         if i == 1:
             assert changed == {"good": False, "bad": False}  # the whole step was skipped
